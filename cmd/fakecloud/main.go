@@ -1,0 +1,176 @@
+// Command fakecloud serves an EC2-compatible API whose EBS volumes are real block devices.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+func main() {
+	klog.InitFlags(nil)
+	if err := run(); err != nil {
+		klog.ErrorS(err, "fakecloud failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+type options struct {
+	listen    string
+	zones     string
+	instances string
+	keys      string
+	faultSpec faults.Spec
+	cfg       fakecloud.Config
+}
+
+func parseFlags() (*options, error) {
+	o := &options{cfg: fakecloud.Config{Cloud: fakecloud.DefaultCloud()}}
+	d := &o.cfg.Cloud.Durations
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve the EC2 API on")
+	flag.StringVar(&o.cfg.DataDir, "data-dir", "/var/lib/fakecloud", "directory for volume files, snapshots and state")
+	flag.StringVar(&o.cfg.Backend, "backend", fakecloud.BackendAuto, "block backend: loop, file, or auto (loop where root and /dev/loop-control exist)")
+	flag.StringVar(&o.cfg.Cloud.Region, "region", o.cfg.Cloud.Region, "region name")
+	flag.StringVar(&o.zones, "zones", "us-east-1a=use1-az1,us-east-1b=use1-az2,us-east-1c=use1-az4", "zones as NAME=ID,…")
+	flag.StringVar(&o.instances, "instances", "", "instances as ID=ZONE[:ATTACHMENT_LIMIT[:TYPE]],…; more can be registered at /admin/instances")
+	flag.StringVar(&o.keys, "access-keys", "", "turn on SigV4 checking with keys ACCESS_KEY_ID:SECRET,…")
+	flag.BoolVar(&o.cfg.NoSync, "no-fsync", false, "skip fsync of state changes (faster, loses the last changes on a crash)")
+	flag.DurationVar(&d.VolumeCreate, "create-duration", d.VolumeCreate, "time a volume spends creating")
+	flag.DurationVar(&d.VolumeDelete, "delete-duration", d.VolumeDelete, "time a volume spends deleting")
+	flag.DurationVar(&d.Attach, "attach-duration", d.Attach, "time an attachment spends attaching")
+	flag.DurationVar(&d.Detach, "detach-duration", d.Detach, "time an attachment spends detaching")
+	flag.DurationVar(&d.Modifying, "modifying-duration", d.Modifying, "time a modification spends modifying")
+	flag.DurationVar(&d.Optimizing, "optimizing-duration", d.Optimizing, "time a modification spends optimizing")
+	flag.DurationVar(&d.Snapshot, "snapshot-duration", d.Snapshot, "time a snapshot spends pending")
+	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")
+	flag.DurationVar(&o.cfg.Cloud.ModificationWindow, "modification-window", 0, "rolling window of the modification limit (EBS: 24h)")
+	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", state.DefaultAttachmentLimit, "volumes an instance can hold when it names no limit")
+	o.faultSpec.RegisterFlags(flag.CommandLine)
+	flag.Parse()
+
+	var err error
+	if o.cfg.Cloud.Zones, err = parseZones(o.zones); err != nil {
+		return nil, err
+	}
+	if o.cfg.Cloud.Instances, err = parseInstances(o.instances); err != nil {
+		return nil, err
+	}
+	if o.cfg.AccessKeys, err = parsePairs(o.keys, ":"); err != nil {
+		return nil, fmt.Errorf("--access-keys: %w", err)
+	}
+	if o.cfg.Faults, err = o.faultSpec.Config(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	srv, err := fakecloud.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := srv.Close(); err != nil {
+			klog.ErrorS(err, "Closing fakecloud")
+		}
+	}()
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: fakecloud.ShutdownTimeout}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	klog.InfoS("Serving EC2 API", "address", ln.Addr().String(), "backend", srv.BackendName)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	klog.InfoS("Shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), fakecloud.ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func parsePairs(spec, sep string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range strings.Split(spec, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, sep)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q is not KEY%sVALUE", item, sep)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func parseZones(spec string) ([]state.Zone, error) {
+	pairs, err := parsePairs(spec, "=")
+	if err != nil {
+		return nil, fmt.Errorf("--zones: %w", err)
+	}
+	var zones []state.Zone
+	for _, item := range strings.Split(spec, ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(item), "=")
+		if name != "" {
+			zones = append(zones, state.Zone{Name: name, ID: pairs[name]})
+		}
+	}
+	return zones, nil
+}
+
+func parseInstances(spec string) ([]state.InstanceSpec, error) {
+	var out []state.InstanceSpec
+	for _, item := range strings.Split(spec, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		id, rest, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("--instances: %q is not ID=ZONE[:LIMIT[:TYPE]]", item)
+		}
+		parts := strings.Split(rest, ":")
+		in := state.InstanceSpec{ID: id, Zone: parts[0]}
+		if len(parts) > 1 {
+			n, err := strconv.Atoi(parts[1])
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("--instances: bad attachment limit in %q", item)
+			}
+			in.AttachmentLimit = n
+		}
+		if len(parts) > 2 {
+			in.InstanceType = parts[2]
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}

@@ -1,0 +1,167 @@
+// Package api is fakecloud's wire: it decodes EC2 Query requests, calls the state, and encodes EC2's XML
+// replies and error envelopes. It holds no rules of its own; those live in the state package.
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+// maxBody bounds a request body; EC2 Query requests are small.
+const maxBody = 1 << 20
+
+// Faults injects latency, throttling and errors around actions.
+type Faults interface {
+	// Before runs ahead of the action; an error is answered instead of running it.
+	Before(ctx context.Context, action string) error
+	// After runs once the action changed state; an error replaces its reply, as when a real cloud's reply is lost.
+	After(action string) error
+}
+
+// Authenticator checks request signatures.
+type Authenticator interface {
+	Verify(r *http.Request, body []byte) error
+}
+
+// Options are the Handler's collaborators. Faults and Auth may be nil.
+type Options struct {
+	State    *state.State
+	Faults   Faults
+	Auth     Authenticator
+	Registry *prometheus.Registry
+	// Admin serves the run-time admin endpoints under /admin (instances, faults); nil serves none.
+	Admin http.Handler
+}
+
+type actionFunc func(*params) (response, error)
+
+// Handler serves the EC2 Query API plus /healthz, /metrics and /admin.
+type Handler struct {
+	state     *state.State
+	faults    Faults
+	auth      Authenticator
+	actions   map[string]actionFunc
+	zoneIDs   map[string]string
+	accountID string
+	metrics   *metrics
+	router    chi.Router
+}
+
+// New builds the handler.
+func New(opts Options) *Handler {
+	h := &Handler{state: opts.State, faults: opts.Faults, auth: opts.Auth, zoneIDs: map[string]string{}, accountID: opts.State.AccountID()}
+	for _, z := range opts.State.Zones() {
+		h.zoneIDs[z.Name] = z.ID
+	}
+	h.actions = map[string]actionFunc{
+		"CreateVolume":                 h.createVolume,
+		"DeleteVolume":                 h.deleteVolume,
+		"DescribeVolumes":              h.describeVolumes,
+		"AttachVolume":                 h.attachVolume,
+		"DetachVolume":                 h.detachVolume,
+		"ModifyVolume":                 h.modifyVolume,
+		"DescribeVolumesModifications": h.describeVolumesModifications,
+		"CreateSnapshot":               h.createSnapshot,
+		"DeleteSnapshot":               h.deleteSnapshot,
+		"DescribeSnapshots":            h.describeSnapshots,
+		"CreateTags":                   h.createTags,
+		"DeleteTags":                   h.deleteTags,
+		"DescribeInstances":            h.describeInstances,
+		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	h.metrics = newMetrics(reg)
+	r := chi.NewRouter()
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if opts.Admin != nil {
+		r.Mount("/admin", opts.Admin)
+	}
+	r.Post("/", h.serveQuery)
+	r.Get("/", h.serveQuery)
+	h.router = r
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
+
+// serveQuery runs one EC2 Query request: authenticate, inject faults, run the action, reply.
+func (h *Handler) serveQuery(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	requestID := uuid.NewString()
+	w.Header().Set("X-Amzn-Requestid", requestID)
+	action, resp, err := h.handle(r)
+	if err == nil {
+		err = writeXML(w, action, requestID, resp)
+		if err != nil {
+			klog.ErrorS(err, "Writing reply failed", "action", action, "requestID", requestID)
+		}
+	} else {
+		ec2err.Write(w, requestID, err)
+	}
+	code := "Success"
+	if err != nil {
+		code = ec2err.As(err).Code
+		if code == ec2err.CodeInternalError {
+			klog.ErrorS(err, "Request failed", "action", action, "requestID", requestID)
+		}
+	}
+	h.metrics.observe(action, code, time.Since(start))
+	klog.V(4).InfoS("Request", "action", action, "code", code, "requestID", requestID, "duration", time.Since(start))
+}
+
+func (h *Handler) handle(r *http.Request) (string, response, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err != nil {
+		return "", nil, ec2err.New(ec2err.CodeInvalidParameterValue, "The request body could not be read: %v", err)
+	}
+	if h.auth != nil {
+		if err := h.auth.Verify(r, body); err != nil {
+			return "", nil, err
+		}
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return "", nil, ec2err.New(ec2err.CodeInvalidParameterValue, "The request body is not a valid form: %v", err)
+	}
+	for k, v := range r.URL.Query() {
+		if _, ok := form[k]; !ok {
+			form[k] = v
+		}
+	}
+	action := form.Get("Action")
+	if action == "" {
+		return "", nil, ec2err.Missing("Action")
+	}
+	fn, ok := h.actions[action]
+	if !ok {
+		return action, nil, ec2err.New(ec2err.CodeInvalidAction, "The action %s is not valid for this web service.", action)
+	}
+	if h.faults != nil {
+		if err := h.faults.Before(r.Context(), action); err != nil {
+			return action, nil, err
+		}
+	}
+	resp, err := fn(&params{v: form})
+	if h.faults != nil && err == nil {
+		if ferr := h.faults.After(action); ferr != nil {
+			return action, nil, ferr
+		}
+	}
+	return action, resp, err
+}

@@ -1,0 +1,162 @@
+package api
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+// maxListItems bounds flattened lists, so a hostile request cannot make the decoder loop for long.
+const maxListItems = 1000
+
+// params decodes EC2 Query form values. The first decoding error sticks and later getters return zero values,
+// so a handler decodes everything and checks err once.
+type params struct {
+	v   url.Values
+	err error
+}
+
+func (p *params) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+func (p *params) has(name string) bool {
+	_, ok := p.v[name]
+	return ok
+}
+
+func (p *params) str(name string) string { return p.v.Get(name) }
+
+func (p *params) required(name string) string {
+	s := p.v.Get(name)
+	if s == "" {
+		p.fail(ec2err.Missing(name))
+	}
+	return s
+}
+
+func (p *params) int32p(name string) *int32 {
+	if !p.has(name) {
+		return nil
+	}
+	raw := p.v.Get(name)
+	n, err := strconv.ParseInt(raw, 10, 32)
+	if err != nil {
+		p.fail(ec2err.InvalidValue(name, raw, "Expecting an integer."))
+		return nil
+	}
+	v := int32(n)
+	return &v
+}
+
+func (p *params) boolp(name string) *bool {
+	if !p.has(name) {
+		return nil
+	}
+	raw := p.v.Get(name)
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		p.fail(ec2err.InvalidValue(name, raw, "Expecting true or false."))
+		return nil
+	}
+	return &b
+}
+
+func (p *params) boolean(name string) bool {
+	b := p.boolp(name)
+	return b != nil && *b
+}
+
+// list reads a flattened list: prefix.1, prefix.2, … up to the first gap.
+func (p *params) list(prefix string) []string {
+	var out []string
+	for i := 1; i <= maxListItems; i++ {
+		vals, ok := p.v[prefix+"."+strconv.Itoa(i)]
+		if !ok {
+			break
+		}
+		out = append(out, vals[0])
+	}
+	return out
+}
+
+// count returns how many items a flattened list of structures has: prefix.N.field for N from 1.
+func (p *params) count(prefix string) int {
+	n := 0
+	dot := prefix + "."
+	for k := range p.v {
+		rest, ok := strings.CutPrefix(k, dot)
+		if !ok {
+			continue
+		}
+		idx, _, _ := strings.Cut(rest, ".")
+		if i, err := strconv.Atoi(idx); err == nil && i > n && i <= maxListItems {
+			n = i
+		}
+	}
+	return n
+}
+
+func (p *params) filters() []state.Filter {
+	var out []state.Filter
+	for i := 1; i <= p.count("Filter"); i++ {
+		base := "Filter." + strconv.Itoa(i)
+		name := p.str(base + ".Name")
+		if name == "" {
+			p.fail(ec2err.Missing(base + ".Name"))
+			return nil
+		}
+		out = append(out, state.Filter{Name: name, Values: p.list(base + ".Value")})
+	}
+	return out
+}
+
+// tags reads prefix.N.Key / prefix.N.Value pairs.
+func (p *params) tags(prefix string) []state.Tag {
+	var out []state.Tag
+	for i := 1; i <= p.count(prefix); i++ {
+		base := prefix + "." + strconv.Itoa(i)
+		out = append(out, state.Tag{Key: p.str(base + ".Key"), Value: p.str(base + ".Value")})
+	}
+	return out
+}
+
+// tagSelectors reads tags to delete, telling an absent value (any) from an empty one (only empty).
+func (p *params) tagSelectors(prefix string) []state.TagSelector {
+	var out []state.TagSelector
+	for i := 1; i <= p.count(prefix); i++ {
+		base := prefix + "." + strconv.Itoa(i)
+		sel := state.TagSelector{Key: p.str(base + ".Key")}
+		if p.has(base + ".Value") {
+			v := p.str(base + ".Value")
+			sel.Value = &v
+		}
+		out = append(out, sel)
+	}
+	return out
+}
+
+// tagSpecs reads TagSpecification.N for a resource type, refusing specifications for types the action does not
+// create.
+func (p *params) tagSpecs(resourceType string) []state.Tag {
+	var out []state.Tag
+	for i := 1; i <= p.count("TagSpecification"); i++ {
+		base := "TagSpecification." + strconv.Itoa(i)
+		rt := p.str(base + ".ResourceType")
+		if rt != resourceType {
+			p.fail(ec2err.InvalidValue("TagSpecification.ResourceType", rt, "The resource type must be '"+resourceType+"'."))
+			return nil
+		}
+		out = append(out, p.tags(base+".Tag")...)
+	}
+	return out
+}
+
+func (p *params) describe(idList string) state.DescribeInput {
+	return state.DescribeInput{IDs: p.list(idList), Filters: p.filters(), Page: state.Page{MaxResults: p.int32p("MaxResults"), NextToken: p.str("NextToken")}}
+}

@@ -1,0 +1,148 @@
+package api
+
+import (
+	"encoding/xml"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+// ec2Namespace is the XML namespace of EC2 API version 2016-11-15.
+const ec2Namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+// response is a reply body; meta gives every reply its requestId.
+type response interface{ setRequestID(string) }
+
+type meta struct {
+	RequestID string `xml:"requestId"`
+}
+
+func (m *meta) setRequestID(id string) { m.RequestID = id }
+
+// writeXML sends body as <ActionResponse xmlns=…>.
+func writeXML(w http.ResponseWriter, action, requestID string, body response) error {
+	body.setRequestID(requestID)
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write([]byte(xml.Header)); err != nil {
+		return err
+	}
+	start := xml.StartElement{Name: xml.Name{Local: action + "Response"}, Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: ec2Namespace}}}
+	return xml.NewEncoder(w).EncodeElement(body, start)
+}
+
+// ec2Time formats times as EC2 does: RFC 3339 in UTC with milliseconds.
+func ec2Time(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+type tagXML struct {
+	Key   string `xml:"key"`
+	Value string `xml:"value"`
+}
+
+func tagsXML(tags []state.Tag) []tagXML {
+	out := make([]tagXML, len(tags))
+	for i, t := range tags {
+		out[i] = tagXML{Key: t.Key, Value: t.Value}
+	}
+	return out
+}
+
+type attachmentXML struct {
+	VolumeID            string `xml:"volumeId"`
+	InstanceID          string `xml:"instanceId"`
+	Device              string `xml:"device"`
+	Status              string `xml:"status"`
+	AttachTime          string `xml:"attachTime"`
+	DeleteOnTermination bool   `xml:"deleteOnTermination"`
+}
+
+func attachmentOf(a state.Attachment) attachmentXML {
+	return attachmentXML{VolumeID: a.VolumeID, InstanceID: a.InstanceID, Device: a.Device, Status: a.State, AttachTime: ec2Time(a.AttachTime)}
+}
+
+type volumeXML struct {
+	VolumeID           string          `xml:"volumeId"`
+	Size               int32           `xml:"size"`
+	SnapshotID         string          `xml:"snapshotId"`
+	AvailabilityZone   string          `xml:"availabilityZone"`
+	AvailabilityZoneID string          `xml:"availabilityZoneId,omitempty"`
+	Status             string          `xml:"status"`
+	CreateTime         string          `xml:"createTime"`
+	Attachments        []attachmentXML `xml:"attachmentSet>item"`
+	VolumeType         string          `xml:"volumeType"`
+	Iops               int32           `xml:"iops,omitempty"`
+	Throughput         int32           `xml:"throughput,omitempty"`
+	Encrypted          bool            `xml:"encrypted"`
+	KmsKeyID           string          `xml:"kmsKeyId,omitempty"`
+	MultiAttachEnabled bool            `xml:"multiAttachEnabled"`
+	Tags               []tagXML        `xml:"tagSet>item,omitempty"`
+}
+
+func (h *Handler) volumeOf(v state.Volume) volumeXML {
+	x := volumeXML{VolumeID: v.ID, Size: v.SizeGiB, SnapshotID: v.SnapshotID, AvailabilityZone: v.Zone,
+		AvailabilityZoneID: h.zoneIDs[v.Zone], Status: v.State, CreateTime: ec2Time(v.CreateTime), VolumeType: v.Type,
+		Iops: v.Iops, Throughput: v.Throughput, Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, MultiAttachEnabled: v.MultiAttach,
+		Tags: tagsXML(v.Tags)}
+	x.Attachments = make([]attachmentXML, len(v.Attachments))
+	for i, a := range v.Attachments {
+		x.Attachments[i] = attachmentOf(a)
+	}
+	return x
+}
+
+type modificationXML struct {
+	VolumeID                   string `xml:"volumeId"`
+	ModificationState          string `xml:"modificationState"`
+	StatusMessage              string `xml:"statusMessage,omitempty"`
+	TargetSize                 int32  `xml:"targetSize"`
+	TargetIops                 int32  `xml:"targetIops,omitempty"`
+	TargetVolumeType           string `xml:"targetVolumeType"`
+	TargetThroughput           int32  `xml:"targetThroughput,omitempty"`
+	TargetMultiAttachEnabled   bool   `xml:"targetMultiAttachEnabled"`
+	OriginalSize               int32  `xml:"originalSize"`
+	OriginalIops               int32  `xml:"originalIops,omitempty"`
+	OriginalVolumeType         string `xml:"originalVolumeType"`
+	OriginalThroughput         int32  `xml:"originalThroughput,omitempty"`
+	OriginalMultiAttachEnabled bool   `xml:"originalMultiAttachEnabled"`
+	Progress                   int64  `xml:"progress"`
+	StartTime                  string `xml:"startTime"`
+	EndTime                    string `xml:"endTime,omitempty"`
+}
+
+func modificationOf(m state.Modification) modificationXML {
+	return modificationXML{VolumeID: m.VolumeID, ModificationState: m.State, StatusMessage: m.StatusMessage,
+		TargetSize: m.TargetSize, TargetIops: m.TargetIops, TargetVolumeType: m.TargetType, TargetThroughput: m.TargetThroughput,
+		TargetMultiAttachEnabled: m.TargetMulti, OriginalSize: m.OriginalSize, OriginalIops: m.OriginalIops,
+		OriginalVolumeType: m.OriginalType, OriginalThroughput: m.OriginalThrough, OriginalMultiAttachEnabled: m.OriginalMulti,
+		Progress: m.Progress, StartTime: ec2Time(m.StartTime), EndTime: ec2Time(m.EndTime)}
+}
+
+type snapshotXML struct {
+	SnapshotID     string   `xml:"snapshotId"`
+	VolumeID       string   `xml:"volumeId"`
+	Status         string   `xml:"status"`
+	StartTime      string   `xml:"startTime"`
+	Progress       string   `xml:"progress"`
+	OwnerID        string   `xml:"ownerId"`
+	VolumeSize     int32    `xml:"volumeSize"`
+	Description    string   `xml:"description"`
+	Encrypted      bool     `xml:"encrypted"`
+	KmsKeyID       string   `xml:"kmsKeyId,omitempty"`
+	StorageTier    string   `xml:"storageTier"`
+	CompletionTime string   `xml:"completionTime,omitempty"`
+	Tags           []tagXML `xml:"tagSet>item,omitempty"`
+}
+
+func snapshotOf(sn state.Snapshot) snapshotXML {
+	return snapshotXML{SnapshotID: sn.ID, VolumeID: sn.VolumeID, Status: sn.State, StartTime: ec2Time(sn.StartTime),
+		Progress: strconv.Itoa(sn.Progress) + "%", OwnerID: sn.OwnerID, VolumeSize: sn.VolumeSize, Description: sn.Description,
+		Encrypted: sn.Encrypted, KmsKeyID: sn.KmsKeyID, StorageTier: "standard", CompletionTime: ec2Time(sn.CompletionTime),
+		Tags: tagsXML(sn.Tags)}
+}

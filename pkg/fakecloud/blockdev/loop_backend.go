@@ -1,0 +1,234 @@
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"k8s.io/klog/v2"
+)
+
+// LoopBackend keeps volumes as sparse files like FileBackend and attaches them as real loop devices. It keeps
+// no attachment table: the kernel's loop bindings (sysfs backing_file) are the truth, so a restarted process,
+// or a CSI node plugin, sees the same attachments.
+type LoopBackend struct {
+	store fileStore
+	locks keyedMutex
+}
+
+var _ Backend = (*LoopBackend)(nil)
+
+// NewLoopBackend uses the same file layout as NewFileBackend. It fails when Available does.
+func NewLoopBackend(dataDir string) (*LoopBackend, error) {
+	if err := Available(); err != nil {
+		return nil, fmt.Errorf("blockdev: loop backend unavailable: %w", err)
+	}
+	s, err := newFileStore(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &LoopBackend{store: s}, nil
+}
+
+func (b *LoopBackend) CreateVolume(_ context.Context, volumeID string, sizeBytes int64) error {
+	if err := validateID("volume", volumeID); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	return b.store.createVolume(volumeID, sizeBytes)
+}
+
+func (b *LoopBackend) RestoreVolume(ctx context.Context, volumeID, snapshotID string, sizeBytes int64) error {
+	if err := errors.Join(validateID("volume", volumeID), validateID("snapshot", snapshotID)); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	return b.store.restoreVolume(ctx, volumeID, snapshotID, sizeBytes)
+}
+
+// DeleteVolume force-detaches first: a device still held keeps the unlinked inode until its holder lets go.
+func (b *LoopBackend) DeleteVolume(ctx context.Context, volumeID string) error {
+	if err := validateID("volume", volumeID); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	if err := b.detachLocked(ctx, volumeID, true); err != nil {
+		return fmt.Errorf("delete volume %s: %w", volumeID, err)
+	}
+	return b.store.removeVolume(volumeID)
+}
+
+func (b *LoopBackend) ResizeVolume(_ context.Context, volumeID string, sizeBytes int64) error {
+	if err := validateID("volume", volumeID); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	if err := b.store.growVolume(volumeID, sizeBytes); err != nil {
+		return err
+	}
+	// Refresh even when the file already had the size: a crash between truncate and refresh is repaired by
+	// the state layer replaying the resize.
+	d, ok, err := findLoopDevice(sysBlock, b.store.volumeFile(volumeID))
+	if err != nil || !ok {
+		return err
+	}
+	if err := setLoopCapacity(d); err != nil {
+		return fmt.Errorf("resize volume %s: %w", volumeID, err)
+	}
+	return nil
+}
+
+func (b *LoopBackend) Attach(ctx context.Context, volumeID string) (string, error) {
+	if err := validateID("volume", volumeID); err != nil {
+		return "", err
+	}
+	defer b.locks.lock(volumeID)()
+	return b.attachLocked(ctx, volumeID)
+}
+
+func (b *LoopBackend) attachLocked(ctx context.Context, volumeID string) (string, error) {
+	if _, err := b.store.volumeSize(volumeID); err != nil {
+		return "", err
+	}
+	file := b.store.volumeFile(volumeID)
+	if d, ok, err := findLoopDevice(sysBlock, file); err != nil || ok {
+		return d.devPath(), err
+	}
+	dev, err := attachLoop(ctx, file)
+	if err != nil {
+		return "", fmt.Errorf("attach volume %s: %w", volumeID, err)
+	}
+	klog.InfoS("Attached volume", "volume", volumeID, "device", dev)
+	return dev, nil
+}
+
+func (b *LoopBackend) Detach(ctx context.Context, volumeID string, force bool) error {
+	if err := validateID("volume", volumeID); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	return b.detachLocked(ctx, volumeID, force)
+}
+
+// detachLocked releases every live device of the volume (normally one; a second appears only if someone
+// else bound the same file).
+func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force bool) error {
+	devs, err := listLoopDevices(sysBlock)
+	if err != nil {
+		return err
+	}
+	file := b.store.volumeFile(volumeID)
+	for _, d := range devs {
+		if !d.live() || d.backing != file {
+			continue
+		}
+		if err := b.release(ctx, volumeID, d, force); err != nil {
+			return fmt.Errorf("detach volume %s: %w", volumeID, err)
+		}
+	}
+	return nil
+}
+
+// release clears one device and, unless a holder defers the clear, waits until the kernel has let go.
+func (b *LoopBackend) release(ctx context.Context, volumeID string, d loopDevice, force bool) error {
+	held, err := clearLoop(d, force)
+	if err != nil {
+		return err
+	}
+	if held {
+		klog.InfoS("Detach deferred until the device is released", "volume", volumeID, "device", d.devPath())
+		return nil
+	}
+	klog.InfoS("Detached volume", "volume", volumeID, "device", d.devPath())
+	return waitReleased(ctx, d)
+}
+
+func (b *LoopBackend) DevicePath(volumeID string) string {
+	if validateID("volume", volumeID) != nil {
+		return ""
+	}
+	dev, err := FindLoopDevice(b.store.volumeFile(volumeID))
+	if err != nil {
+		klog.ErrorS(err, "Listing loop devices", "volume", volumeID)
+		return ""
+	}
+	return dev
+}
+
+// CreateSnapshot flushes the attached device first so the copy contains everything written through it.
+func (b *LoopBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error {
+	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
+		return err
+	}
+	defer b.locks.lock(volumeID)()
+	if d, ok, err := findLoopDevice(sysBlock, b.store.volumeFile(volumeID)); err == nil && ok {
+		if err := syncLoop(d); err != nil {
+			klog.V(2).InfoS("Flushing device before snapshot failed, copying anyway", "volume", volumeID,
+				"device", d.devPath(), "err", err)
+		}
+	}
+	return b.store.createSnapshot(ctx, snapshotID, volumeID)
+}
+
+func (b *LoopBackend) DeleteSnapshot(_ context.Context, snapshotID string) error {
+	if err := validateID("snapshot", snapshotID); err != nil {
+		return err
+	}
+	return b.store.removeSnapshot(snapshotID)
+}
+
+// Reconcile releases this backend's devices that state no longer wants (unknown volume, or a volume file that
+// was deleted under the device), then makes sure every wanted volume has a device. Devices whose backing file
+// lies outside <dataDir>/volumes belong to other software and are never touched.
+func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
+	want := make(map[string]bool, len(attached))
+	var errs []error
+	for _, id := range attached {
+		if err := validateID("volume", id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		want[id] = true
+	}
+
+	devs, err := listLoopDevices(sysBlock)
+	if err != nil {
+		return err
+	}
+	for _, d := range devs {
+		id, ours := b.store.volumeIDOf(d.backing)
+		if !ours || d.autoclear || (want[id] && !d.deleted) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		unlock := b.locks.lock(id)
+		err := b.release(ctx, id, d, true)
+		unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reconcile: release %s of volume %s: %w", d.devPath(), id, err))
+		}
+	}
+
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		unlock := b.locks.lock(id)
+		_, err := b.attachLocked(ctx, id)
+		unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reconcile: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *LoopBackend) VolumeFile(volumeID string) string { return b.store.volumeFile(volumeID) }
+
+// Close does nothing: devices stay bound across restarts and Reconcile picks them up again.
+func (b *LoopBackend) Close() error { return nil }

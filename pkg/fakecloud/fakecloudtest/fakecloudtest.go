@@ -1,0 +1,135 @@
+// Package fakecloudtest runs an in-process fakecloud for tests of any package, and gives them a real
+// aws-sdk-go-v2 EC2 client pointed at it.
+package fakecloudtest
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+// Test credentials; fakecloud accepts any unless AccessKeys are set.
+const (
+	AccessKeyID     = "AKIDFAKECLOUDTEST"
+	SecretAccessKey = "fakecloud-test-secret"
+)
+
+// Options shape the test cloud. The zero value is the default cloud on the file backend with instant
+// transitions and one instance per zone.
+type Options struct {
+	// Backend is file (default) or loop.
+	Backend string
+	// DataDir is reused when set (to restart on the same state); otherwise a temporary one is made.
+	DataDir string
+	// Cloud replaces the default cloud; its Instances default to one per zone (i-a…, i-b…, i-c…).
+	Cloud     *state.Config
+	Durations state.Durations
+	Faults    faults.Config
+	// AccessKeys turn SigV4 checking on.
+	AccessKeys map[string]string
+	NoSync     bool
+}
+
+// Env is a running fakecloud.
+type Env struct {
+	URL     string
+	Server  *fakecloud.Server
+	DataDir string
+	Region  string
+	// Instances are the configured instance IDs by zone name.
+	Instances map[string]string
+	http      *httptest.Server
+	closed    bool
+}
+
+// Instance IDs of the default test cloud, one per default zone.
+const (
+	InstanceA = "i-0a000000000000001"
+	InstanceB = "i-0b000000000000002"
+	InstanceC = "i-0c000000000000003"
+)
+
+// Start runs fakecloud until the test ends.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	cloud := fakecloud.DefaultCloud()
+	if o.Cloud != nil {
+		cloud = *o.Cloud
+	} else {
+		cloud.Instances = []state.InstanceSpec{{ID: InstanceA, Zone: "us-east-1a"}, {ID: InstanceB, Zone: "us-east-1b"}, {ID: InstanceC, Zone: "us-east-1c"}}
+	}
+	cloud.Durations = o.Durations
+	if o.Backend == "" {
+		o.Backend = fakecloud.BackendFile
+	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
+		AccessKeys: o.AccessKeys, NoSync: o.NoSync})
+	if err != nil {
+		t.Fatalf("start fakecloud: %v", err)
+	}
+	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: httptest.NewServer(srv.Handler)}
+	e.URL = e.http.URL
+	for _, in := range cloud.Instances {
+		e.Instances[in.Zone] = in.ID
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// Close stops the server (idempotent). Loop devices stay bound, as fakecloud keeps them across restarts; tests
+// of the loop backend release them through the backend or by deleting their volumes.
+func (e *Env) Close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.http.Close()
+	_ = e.Server.Close()
+}
+
+// EC2 returns a real SDK client for this cloud, retrying quickly so tests of throttling stay short.
+func (e *Env) EC2(t testing.TB, optFns ...func(*ec2.Options)) *ec2.Client {
+	t.Helper()
+	opts := ec2.Options{
+		Region:       e.Region,
+		BaseEndpoint: aws.String(e.URL),
+		Credentials:  credentials.NewStaticCredentialsProvider(AccessKeyID, SecretAccessKey, ""),
+		Retryer: retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxBackoff = 20 * time.Millisecond
+		}),
+	}
+	return ec2.New(opts, optFns...)
+}
+
+// WaitFor polls cond every few milliseconds until it holds or the timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var lastErr error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s (last error: %v)", what, lastErr)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,133 @@
+// Package fakecloud assembles the fake EC2 cloud: block backend, persistent state, fault injection, optional
+// SigV4 and the HTTP API. cmd/fakecloud and tests of other packages build it through New.
+package fakecloud
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/api"
+	"github.com/diskforge/diskforge/pkg/fakecloud/auth"
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+	"github.com/diskforge/diskforge/pkg/fakecloud/store"
+)
+
+// Backend names.
+const (
+	BackendAuto = "auto"
+	BackendLoop = "loop"
+	BackendFile = "file"
+)
+
+// Config is everything fakecloud is made of.
+type Config struct {
+	DataDir string
+	// Backend is loop, file or auto (loop where root and /dev/loop-control exist).
+	Backend string
+	Cloud   state.Config
+	Faults  faults.Config
+	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
+	AccessKeys map[string]string
+	// NoSync trades durability of the last change for speed (benchmarks).
+	NoSync bool
+	Clock  state.Clock
+}
+
+// DefaultCloud is a region with three zones and no instances.
+func DefaultCloud() state.Config {
+	return state.Config{
+		Region:    "us-east-1",
+		Zones:     []state.Zone{{Name: "us-east-1a", ID: "use1-az1"}, {Name: "us-east-1b", ID: "use1-az2"}, {Name: "us-east-1c", ID: "use1-az4"}},
+		Durations: state.DefaultDurations(),
+	}
+}
+
+// Server is a running fakecloud without its listener: serve Handler on any http.Server.
+type Server struct {
+	State   *state.State
+	Faults  *faults.Injector
+	Backend blockdev.Backend
+	Handler http.Handler
+	// BackendName is the backend actually chosen (loop or file).
+	BackendName string
+	store       *store.Store
+}
+
+// New opens the data directory, loads state and builds the handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("a data directory is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	backend, name, err := openBackend(cfg.Backend, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	inj, err := faults.New(cfg.Faults)
+	if err != nil {
+		_ = backend.Close()
+		return nil, fmt.Errorf("faults: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.DataDir, "state.db"), store.Options{NoSync: cfg.NoSync})
+	if err != nil {
+		_ = backend.Close()
+		return nil, err
+	}
+	s, err := state.New(cfg.Cloud, state.Options{Backend: backend, Store: st, Clock: cfg.Clock, Stuck: inj.Stuck})
+	if err != nil {
+		_ = st.Close()
+		_ = backend.Close()
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	var verifier api.Authenticator
+	if len(cfg.AccessKeys) > 0 {
+		verifier = auth.NewVerifier(cfg.AccessKeys)
+	}
+	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
+		Admin: api.AdminRouter(s, faults.AdminHandler(inj))})
+	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
+	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
+}
+
+func openBackend(kind, dataDir string) (blockdev.Backend, string, error) {
+	if kind == "" || kind == BackendAuto {
+		kind = BackendLoop
+		if err := blockdev.Available(); err != nil {
+			klog.InfoS("Loop devices unavailable; using the file backend", "reason", err.Error())
+			kind = BackendFile
+		}
+	}
+	switch kind {
+	case BackendLoop:
+		b, err := blockdev.NewLoopBackend(dataDir)
+		return b, kind, err
+	case BackendFile:
+		b, err := blockdev.NewFileBackend(dataDir)
+		return b, kind, err
+	}
+	return nil, "", fmt.Errorf("unknown backend %q (want loop, file or auto)", kind)
+}
+
+// Close stops transitions and closes the store. Loop devices stay bound for the next start, as disks stay
+// attached while a control plane restarts.
+func (s *Server) Close() error {
+	s.State.Close()
+	err := s.store.Close()
+	if berr := s.Backend.Close(); err == nil {
+		err = berr
+	}
+	return err
+}
+
+// ShutdownTimeout bounds a graceful HTTP shutdown.
+const ShutdownTimeout = 10 * time.Second

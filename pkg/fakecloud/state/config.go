@@ -1,0 +1,105 @@
+package state
+
+import (
+	"fmt"
+	"time"
+)
+
+// Durations are how long each asynchronous transition takes. Zero means the next read sees it done.
+type Durations struct {
+	VolumeCreate time.Duration `json:"volumeCreate"`
+	VolumeDelete time.Duration `json:"volumeDelete"`
+	Attach       time.Duration `json:"attach"`
+	Detach       time.Duration `json:"detach"`
+	Modifying    time.Duration `json:"modifying"`
+	Optimizing   time.Duration `json:"optimizing"`
+	Snapshot     time.Duration `json:"snapshot"`
+}
+
+// DefaultDurations are short, like a fast cloud on a good day.
+func DefaultDurations() Durations {
+	return Durations{
+		VolumeCreate: 500 * time.Millisecond,
+		VolumeDelete: 500 * time.Millisecond,
+		Attach:       500 * time.Millisecond,
+		Detach:       500 * time.Millisecond,
+		Modifying:    500 * time.Millisecond,
+		Optimizing:   time.Second,
+		Snapshot:     time.Second,
+	}
+}
+
+// InstanceSpec describes an instance known at start or registered at run time.
+type InstanceSpec struct {
+	ID              string `json:"id"`
+	Zone            string `json:"zone"`
+	InstanceType    string `json:"instanceType,omitempty"`
+	AttachmentLimit int    `json:"attachmentLimit,omitempty"`
+}
+
+// Config is the cloud's shape: its region, zones, instances and timings.
+type Config struct {
+	Region    string
+	AccountID string
+	Zones     []Zone
+	Instances []InstanceSpec
+	Durations Durations
+	// ModificationLimit modifications per ModificationWindow per volume; 0 means no limit.
+	ModificationLimit  int
+	ModificationWindow time.Duration
+	// DefaultAttachmentLimit applies to instances that name none (EBS: 28 shared slots on Nitro, less ENIs).
+	DefaultAttachmentLimit int
+}
+
+// DefaultAttachmentLimit is what a Nitro instance offers to EBS volumes after its root volume and one ENI.
+const DefaultAttachmentLimit = 26
+
+// DefaultInstanceType is reported for instances registered without one.
+const DefaultInstanceType = "m5.large"
+
+func (c *Config) validate() error {
+	if c.Region == "" {
+		return fmt.Errorf("region is required")
+	}
+	if len(c.Zones) == 0 {
+		return fmt.Errorf("at least one zone is required")
+	}
+	if c.AccountID == "" {
+		c.AccountID = "123456789012"
+	}
+	if c.DefaultAttachmentLimit == 0 {
+		c.DefaultAttachmentLimit = DefaultAttachmentLimit
+	}
+	if c.ModificationLimit > 0 && c.ModificationWindow <= 0 {
+		return fmt.Errorf("a modification limit needs a positive window")
+	}
+	for _, in := range c.Instances {
+		if !c.hasZone(in.Zone) {
+			return fmt.Errorf("instance %s is in unknown zone %q", in.ID, in.Zone)
+		}
+	}
+	return nil
+}
+
+func (c *Config) hasZone(name string) bool {
+	_, ok := c.zone(name)
+	return ok
+}
+
+func (c *Config) zone(name string) (Zone, bool) {
+	for _, z := range c.Zones {
+		if z.Name == name {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}
+
+func (c *Config) zoneByID(id string) (Zone, bool) {
+	for _, z := range c.Zones {
+		if z.ID == id {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}

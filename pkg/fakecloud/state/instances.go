@@ -1,0 +1,226 @@
+package state
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+)
+
+// InstanceView is an instance with the volumes attached to it, as DescribeInstances shows it.
+type InstanceView struct {
+	Instance
+	Attachments []Attachment
+}
+
+func (s *State) instance(id string) (*Instance, error) {
+	if err := checkID("i", ec2err.CodeInvalidInstanceIDMalformed, id); err != nil {
+		return nil, err
+	}
+	in, ok := s.instances[id]
+	if !ok {
+		return nil, ec2err.New(ec2err.CodeInvalidInstanceIDNotFound, "The instance ID '%s' does not exist", id)
+	}
+	return in, nil
+}
+
+func (s *State) putInstance(spec InstanceSpec) *Instance {
+	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, AttachmentLimit: spec.AttachmentLimit, LaunchTime: s.clock.Now()}
+	if in.InstanceType == "" {
+		in.InstanceType = DefaultInstanceType
+	}
+	if in.AttachmentLimit == 0 {
+		in.AttachmentLimit = s.cfg.DefaultAttachmentLimit
+	}
+	s.instances[in.ID] = in
+	s.instanceIDs.insert(in.ID)
+	s.markDirty(kindInstance, in.ID)
+	return in
+}
+
+// RegisterInstance adds (or updates) an instance at run time: a node joining a test cluster.
+func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
+	var out Instance
+	err := s.mutate(func(time.Time) error {
+		if err := checkID("i", ec2err.CodeInvalidInstanceIDMalformed, spec.ID); err != nil {
+			return err
+		}
+		if !s.cfg.hasZone(spec.Zone) {
+			return ec2err.New(ec2err.CodeInvalidZoneNotFound, "The zone '%s' does not exist.", spec.Zone)
+		}
+		if old, ok := s.instances[spec.ID]; ok && old.Zone != spec.Zone && len(s.attachmentsOf(spec.ID)) > 0 {
+			return ec2err.New(ec2err.CodeIncorrectInstanceState, "Instance %s has volumes attached and cannot move to zone %s", spec.ID, spec.Zone)
+		}
+		out = *s.putInstance(spec)
+		klog.InfoS("Instance registered", "instanceID", spec.ID, "zone", spec.Zone, "attachmentLimit", out.AttachmentLimit)
+		return nil
+	})
+	return out, err
+}
+
+// RemoveInstance terminates an instance: its volumes are force-detached, as EC2 does on termination.
+func (s *State) RemoveInstance(id string) error {
+	return s.mutate(func(now time.Time) error {
+		if _, err := s.instance(id); err != nil {
+			return err
+		}
+		for _, vid := range s.volumeIDs.ids {
+			v := s.volumes[vid]
+			for i := range v.Attachments {
+				if a := &v.Attachments[i]; a.InstanceID == id {
+					a.State, a.Force, a.DueAt = AttachDetaching, true, now
+					s.markDirty(kindVolume, vid)
+					s.markPending(kindVolume, vid)
+				}
+			}
+		}
+		delete(s.instances, id)
+		s.instanceIDs.remove(id)
+		s.markDirty(kindInstance, id)
+		klog.InfoS("Instance removed", "instanceID", id)
+		return nil
+	})
+}
+
+var instanceFields = fields[InstanceView]{
+	"instance-id":         func(v *InstanceView) []string { return []string{v.ID} },
+	"availability-zone":   func(v *InstanceView) []string { return []string{v.Zone} },
+	"instance-type":       func(v *InstanceView) []string { return []string{v.InstanceType} },
+	"instance-state-name": func(*InstanceView) []string { return []string{"running"} },
+	"block-device-mapping.volume-id": func(v *InstanceView) []string {
+		return mapAttachments(v, func(a Attachment) string { return a.VolumeID })
+	},
+	"block-device-mapping.device-name": func(v *InstanceView) []string {
+		return mapAttachments(v, func(a Attachment) string { return a.Device })
+	},
+}
+
+func mapAttachments(v *InstanceView, get func(Attachment) string) []string {
+	out := make([]string, 0, len(v.Attachments))
+	for _, a := range v.Attachments {
+		out = append(out, get(a))
+	}
+	return out
+}
+
+// DescribeInstances lists instances with their attached volumes.
+func (s *State) DescribeInstances(in DescribeInput) ([]InstanceView, string, error) {
+	var (
+		out  []InstanceView
+		next string
+		err  error
+	)
+	s.read(func(time.Time) {
+		var match func(*InstanceView) bool
+		if match, err = instanceFields.compile(in.Filters, func(v *InstanceView) []Tag { return v.Tags }); err != nil {
+			return
+		}
+		// One pass over the volumes gives every instance its attachments.
+		byInstance := map[string][]Attachment{}
+		for _, id := range s.volumeIDs.ids {
+			for _, a := range s.volumes[id].Attachments {
+				byInstance[a.InstanceID] = append(byInstance[a.InstanceID], a)
+			}
+		}
+		viewOf := func(id string) *InstanceView {
+			inst := *s.instances[id]
+			inst.Tags = slices.Clone(inst.Tags)
+			return &InstanceView{Instance: inst, Attachments: byInstance[id]}
+		}
+		var ids []string
+		if len(in.IDs) > 0 {
+			if ids, err = s.knownInstances(in.IDs); err != nil {
+				return
+			}
+			if _, err = instancePages.pageSize(in.Page, true); err != nil {
+				return
+			}
+		} else {
+			ids, next, err = instancePages.page(&s.instanceIDs, in.Page, false, func(id string) bool { return match(viewOf(id)) })
+		}
+		for _, id := range ids {
+			if v := viewOf(id); match(v) {
+				out = append(out, *v)
+			}
+		}
+	})
+	return out, next, err
+}
+
+func (s *State) knownInstances(ids []string) ([]string, error) {
+	var missing, out []string
+	for _, id := range ids {
+		if err := checkID("i", ec2err.CodeInvalidInstanceIDMalformed, id); err != nil {
+			return nil, err
+		}
+		if _, ok := s.instances[id]; !ok {
+			missing = append(missing, id)
+			continue
+		}
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, ec2err.New(ec2err.CodeInvalidInstanceIDNotFound, "The instance IDs '%s' do not exist", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// Region is the region this cloud serves.
+func (s *State) Region() string { return s.cfg.Region }
+
+// ZoneFilter selects zones for DescribeAvailabilityZones.
+type ZoneFilter struct {
+	Names   []string
+	IDs     []string
+	Filters []Filter
+}
+
+var zoneFields = fields[Zone]{
+	"zone-name": func(z *Zone) []string { return []string{z.Name} },
+	"zone-id":   func(z *Zone) []string { return []string{z.ID} },
+	"state":     func(*Zone) []string { return []string{"available"} },
+	"zone-type": func(*Zone) []string { return []string{"availability-zone"} },
+}
+
+// DescribeAvailabilityZones lists the region's zones.
+func (s *State) DescribeAvailabilityZones(in ZoneFilter) ([]Zone, error) {
+	regionFields := fields[Zone]{"region-name": func(*Zone) []string { return []string{s.cfg.Region} }}
+	for k, f := range zoneFields {
+		regionFields[k] = f
+	}
+	match, err := regionFields.compile(in.Filters, func(*Zone) []Tag { return nil })
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range in.Names {
+		if !s.cfg.hasZone(n) {
+			return nil, ec2err.New(ec2err.CodeInvalidParameterValue, "Invalid availability zone: [%s]", n)
+		}
+	}
+	for _, id := range in.IDs {
+		if _, ok := s.cfg.zoneByID(id); !ok {
+			return nil, ec2err.New(ec2err.CodeInvalidParameterValue, "Invalid availability zone ID: [%s]", id)
+		}
+	}
+	var out []Zone
+	for _, z := range s.cfg.Zones {
+		if len(in.Names) > 0 && !slices.Contains(in.Names, z.Name) || len(in.IDs) > 0 && !slices.Contains(in.IDs, z.ID) {
+			continue
+		}
+		if match(&z) {
+			out = append(out, z)
+		}
+	}
+	return out, nil
+}
+
+// Zones are the region's zones.
+func (s *State) Zones() []Zone { return slices.Clone(s.cfg.Zones) }
+
+// AccountID owns every resource of this cloud.
+func (s *State) AccountID() string { return s.cfg.AccountID }

@@ -1,0 +1,348 @@
+// Package state is fakecloud's model of an EC2 region's EBS: volumes, attachments, modifications, snapshots,
+// instances and zones, the rules EC2 enforces on them, the timed transitions between their states, and their
+// persistence. The API layer only translates the wire to calls here; the block backend only does what this
+// package decides.
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
+	"github.com/diskforge/diskforge/pkg/fakecloud/store"
+)
+
+// Clock tells the time; tests inject their own.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Options are the collaborators of a State.
+type Options struct {
+	Backend blockdev.Backend
+	Store   *store.Store
+	Clock   Clock
+	// Stuck reports transitions that fault injection holds still; nil holds none.
+	Stuck func(transition string) bool
+}
+
+// Record kinds in the store.
+const (
+	kindVolume       = "volumes"
+	kindSnapshot     = "snapshots"
+	kindModification = "modifications"
+	kindInstance     = "instances"
+)
+
+// stuckPoll is how often held or busy transitions are tried again, so that lifting a fault resumes them.
+const stuckPoll = 100 * time.Millisecond
+
+// State holds the whole cloud behind one mutex. Every public method takes it, advances due transitions, and
+// commits what changed before returning, so a reply is only sent for state that is durable.
+type State struct {
+	mu      sync.Mutex
+	cfg     Config
+	backend blockdev.Backend
+	store   *store.Store
+	clock   Clock
+	stuck   func(string) bool
+
+	volumes       map[string]*Volume
+	volumeIDs     idIndex
+	snapshots     map[string]*Snapshot
+	snapshotIDs   idIndex
+	modifications map[string]*Modification
+	instances     map[string]*Instance
+	instanceIDs   idIndex
+	tokens        map[string]string // ClientToken → volume ID
+
+	pending map[pendingKey]struct{}
+	dirty   map[pendingKey]struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type pendingKey struct {
+	kind string
+	id   string
+}
+
+// New loads the state from the store (if any), registers configured instances, re-binds attached volumes and
+// starts the transition loop. Call Close to stop it.
+func New(cfg Config, opts Options) (*State, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Backend == nil || opts.Store == nil {
+		return nil, fmt.Errorf("state needs a backend and a store")
+	}
+	s := &State{
+		cfg:           cfg,
+		backend:       opts.Backend,
+		store:         opts.Store,
+		clock:         opts.Clock,
+		stuck:         opts.Stuck,
+		volumes:       map[string]*Volume{},
+		snapshots:     map[string]*Snapshot{},
+		modifications: map[string]*Modification{},
+		instances:     map[string]*Instance{},
+		tokens:        map[string]string{},
+		pending:       map[pendingKey]struct{}{},
+		dirty:         map[pendingKey]struct{}{},
+		kick:          make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+	if s.clock == nil {
+		s.clock = realClock{}
+	}
+	if s.stuck == nil {
+		s.stuck = func(string) bool { return false }
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	for _, spec := range cfg.Instances {
+		if _, ok := s.instances[spec.ID]; !ok {
+			s.putInstance(spec)
+		}
+	}
+	if err := s.reconcile(context.Background()); err != nil {
+		return nil, err
+	}
+	if err := s.flush(); err != nil {
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+// Close stops the transition loop. Devices stay bound; a new State on the same store picks them up.
+func (s *State) Close() {
+	close(s.stop)
+	<-s.done
+}
+
+func (s *State) load() error {
+	loaders := []struct {
+		kind string
+		fn   func(id string, raw []byte) error
+	}{
+		{kindVolume, func(id string, raw []byte) error {
+			v := &Volume{}
+			if err := json.Unmarshal(raw, v); err != nil {
+				return err
+			}
+			s.volumes[id] = v
+			s.volumeIDs.insert(id)
+			if v.ClientToken != "" {
+				s.tokens[v.ClientToken] = id
+			}
+			s.markPending(kindVolume, id)
+			return nil
+		}},
+		{kindSnapshot, func(id string, raw []byte) error {
+			sn := &Snapshot{}
+			if err := json.Unmarshal(raw, sn); err != nil {
+				return err
+			}
+			s.snapshots[id] = sn
+			s.snapshotIDs.insert(id)
+			s.markPending(kindSnapshot, id)
+			return nil
+		}},
+		{kindModification, func(id string, raw []byte) error {
+			m := &Modification{}
+			if err := json.Unmarshal(raw, m); err != nil {
+				return err
+			}
+			s.modifications[id] = m
+			s.markPending(kindModification, id)
+			return nil
+		}},
+		{kindInstance, func(id string, raw []byte) error {
+			in := &Instance{}
+			if err := json.Unmarshal(raw, in); err != nil {
+				return err
+			}
+			s.instances[id] = in
+			s.instanceIDs.insert(id)
+			return nil
+		}},
+	}
+	for _, l := range loaders {
+		if err := s.store.ForEach(l.kind, l.fn); err != nil {
+			return fmt.Errorf("load %s: %w", l.kind, err)
+		}
+	}
+	return nil
+}
+
+// reconcile gives every volume that holds a device after a restart its device again and releases the devices
+// of volumes that are gone.
+func (s *State) reconcile(ctx context.Context) error {
+	var bound []string
+	for id, v := range s.volumes {
+		for i := range v.Attachments {
+			a := &v.Attachments[i]
+			if a.HostDevice != "" {
+				bound = append(bound, id)
+				break
+			}
+		}
+	}
+	if err := s.backend.Reconcile(ctx, bound); err != nil {
+		return fmt.Errorf("reconcile block devices: %w", err)
+	}
+	for _, id := range bound {
+		dev := s.backend.DevicePath(id)
+		v := s.volumes[id]
+		for i := range v.Attachments {
+			if v.Attachments[i].HostDevice != "" && v.Attachments[i].HostDevice != dev {
+				v.Attachments[i].HostDevice = dev
+				s.markDirty(kindVolume, id)
+			}
+		}
+	}
+	klog.InfoS("State loaded", "volumes", len(s.volumes), "snapshots", len(s.snapshots), "instances", len(s.instances), "boundDevices", len(bound))
+	return nil
+}
+
+func (s *State) markDirty(kind, id string) { s.dirty[pendingKey{kind, id}] = struct{}{} }
+
+func (s *State) markPending(kind, id string) {
+	s.pending[pendingKey{kind, id}] = struct{}{}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flush commits every dirty record in one transaction.
+func (s *State) flush() error {
+	if len(s.dirty) == 0 {
+		return nil
+	}
+	changes := make([]store.Change, 0, len(s.dirty))
+	for k := range s.dirty {
+		var rec any
+		switch k.kind {
+		case kindVolume:
+			if v, ok := s.volumes[k.id]; ok {
+				rec = v
+			}
+		case kindSnapshot:
+			if v, ok := s.snapshots[k.id]; ok {
+				rec = v
+			}
+		case kindModification:
+			if v, ok := s.modifications[k.id]; ok {
+				rec = v
+			}
+		case kindInstance:
+			if v, ok := s.instances[k.id]; ok {
+				rec = v
+			}
+		}
+		c := store.Change{Kind: k.kind, ID: k.id}
+		if rec != nil {
+			raw, err := json.Marshal(rec)
+			if err != nil {
+				return fmt.Errorf("encode %s/%s: %w", k.kind, k.id, err)
+			}
+			c.Value = raw
+		}
+		changes = append(changes, c)
+	}
+	clear(s.dirty)
+	if err := s.store.Commit(changes); err != nil {
+		return fmt.Errorf("persist state: %w", err)
+	}
+	return nil
+}
+
+// mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
+// error: the client must not be told of a change that would not survive a restart.
+func (s *State) mutate(fn func(now time.Time) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.advance(now)
+	fnErr := fn(now)
+	if err := s.flush(); err != nil {
+		klog.ErrorS(err, "Persisting state failed")
+		return internal(err)
+	}
+	return fnErr
+}
+
+// read runs fn under the lock after advancing due transitions.
+func (s *State) read(fn func(now time.Time)) {
+	_ = s.mutate(func(now time.Time) error { fn(now); return nil })
+}
+
+// run advances transitions when they fall due.
+func (s *State) run() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		now := s.clock.Now()
+		s.advance(now)
+		if err := s.flush(); err != nil {
+			klog.ErrorS(err, "Persisting state failed")
+		}
+		wait := s.nextWake(now)
+		s.mu.Unlock()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// nextWake is the time until the earliest pending transition, polling held ones.
+func (s *State) nextWake(now time.Time) time.Duration {
+	wait := time.Hour
+	for k := range s.pending {
+		due, held := s.dueOf(k)
+		d := due.Sub(now)
+		if held || d < stuckPoll && d <= 0 {
+			d = stuckPoll
+		}
+		wait = min(wait, max(d, time.Millisecond))
+	}
+	return wait
+}
+
+// newID makes an EC2-style ID: a prefix and 17 hex digits.
+func newID(prefix string) string {
+	b := make([]byte, 9)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)[:17]
+}
+
+// ctx for backend calls made under the state lock: they are short and must finish to keep state consistent.
+func backendCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}

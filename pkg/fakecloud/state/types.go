@@ -1,0 +1,147 @@
+package state
+
+import "time"
+
+// Volume states, attachment states, modification states and snapshot states, spelled as EC2 spells them.
+const (
+	VolumeCreating  = "creating"
+	VolumeAvailable = "available"
+	VolumeInUse     = "in-use"
+	VolumeDeleting  = "deleting"
+	VolumeDeleted   = "deleted"
+	VolumeError     = "error"
+
+	AttachAttaching = "attaching"
+	AttachAttached  = "attached"
+	AttachDetaching = "detaching"
+	AttachDetached  = "detached"
+	AttachBusy      = "busy"
+
+	ModModifying  = "modifying"
+	ModOptimizing = "optimizing"
+	ModCompleted  = "completed"
+	ModFailed     = "failed"
+
+	SnapshotPending   = "pending"
+	SnapshotCompleted = "completed"
+	SnapshotError     = "error"
+)
+
+// Names of transitions that fault injection can hold still.
+const (
+	TransitionVolumeCreate = "volume-create"
+	TransitionVolumeDelete = "volume-delete"
+	TransitionAttach       = "attach"
+	TransitionDetach       = "detach"
+	TransitionModify       = "modify"
+	TransitionSnapshot     = "snapshot"
+)
+
+// Tag is a key/value pair on a resource.
+type Tag struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Volume is an EBS volume. Records handed out by State are copies.
+type Volume struct {
+	ID          string       `json:"id"`
+	Zone        string       `json:"zone"`
+	Type        string       `json:"type"`
+	SizeGiB     int32        `json:"sizeGiB"`
+	Iops        int32        `json:"iops,omitempty"`
+	Throughput  int32        `json:"throughput,omitempty"`
+	Encrypted   bool         `json:"encrypted,omitempty"`
+	KmsKeyID    string       `json:"kmsKeyId,omitempty"`
+	SnapshotID  string       `json:"snapshotId,omitempty"`
+	MultiAttach bool         `json:"multiAttach,omitempty"`
+	State       string       `json:"state"`
+	CreateTime  time.Time    `json:"createTime"`
+	Tags        []Tag        `json:"tags,omitempty"`
+	Attachments []Attachment `json:"attachments,omitempty"`
+	DueAt       time.Time    `json:"dueAt,omitempty"`
+	ModHistory  []time.Time  `json:"modHistory,omitempty"`
+	ClientToken string       `json:"clientToken,omitempty"`
+	ParamsHash  string       `json:"paramsHash,omitempty"`
+}
+
+// Attachment binds a volume to an instance under a device name.
+type Attachment struct {
+	VolumeID   string    `json:"volumeId"`
+	InstanceID string    `json:"instanceId"`
+	Device     string    `json:"device"`
+	State      string    `json:"state"`
+	AttachTime time.Time `json:"attachTime"`
+	DueAt      time.Time `json:"dueAt,omitempty"`
+	Force      bool      `json:"force,omitempty"`
+	// HostDevice is the block device the backend bound (a loop device), reported to operators, not to EC2 clients.
+	HostDevice string `json:"hostDevice,omitempty"`
+}
+
+// Modification is the latest ModifyVolume of a volume.
+type Modification struct {
+	VolumeID         string    `json:"volumeId"`
+	State            string    `json:"state"`
+	StatusMessage    string    `json:"statusMessage,omitempty"`
+	TargetSize       int32     `json:"targetSize"`
+	TargetIops       int32     `json:"targetIops"`
+	TargetType       string    `json:"targetType"`
+	TargetThroughput int32     `json:"targetThroughput"`
+	TargetMulti      bool      `json:"targetMulti"`
+	OriginalSize     int32     `json:"originalSize"`
+	OriginalIops     int32     `json:"originalIops"`
+	OriginalType     string    `json:"originalType"`
+	OriginalThrough  int32     `json:"originalThroughput"`
+	OriginalMulti    bool      `json:"originalMulti"`
+	Progress         int64     `json:"progress"`
+	StartTime        time.Time `json:"startTime"`
+	EndTime          time.Time `json:"endTime,omitempty"`
+	OptimizingAt     time.Time `json:"optimizingAt"`
+	CompletedAt      time.Time `json:"completedAt"`
+}
+
+// Snapshot is a point-in-time copy of a volume.
+type Snapshot struct {
+	ID             string    `json:"id"`
+	VolumeID       string    `json:"volumeId"`
+	State          string    `json:"state"`
+	Progress       int       `json:"progress"`
+	StartTime      time.Time `json:"startTime"`
+	CompletionTime time.Time `json:"completionTime,omitempty"`
+	VolumeSize     int32     `json:"volumeSize"`
+	Description    string    `json:"description,omitempty"`
+	Encrypted      bool      `json:"encrypted,omitempty"`
+	KmsKeyID       string    `json:"kmsKeyId,omitempty"`
+	OwnerID        string    `json:"ownerId"`
+	Zone           string    `json:"zone"`
+	Tags           []Tag     `json:"tags,omitempty"`
+	DueAt          time.Time `json:"dueAt,omitempty"`
+}
+
+// Instance is a machine volumes attach to: a node of a test cluster.
+type Instance struct {
+	ID              string    `json:"id"`
+	Zone            string    `json:"zone"`
+	InstanceType    string    `json:"instanceType"`
+	AttachmentLimit int       `json:"attachmentLimit"`
+	LaunchTime      time.Time `json:"launchTime"`
+	Tags            []Tag     `json:"tags,omitempty"`
+}
+
+// Zone is an availability zone of the region.
+type Zone struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+}
+
+// Filter is a Describe* filter: a name and values, matched with EC2's * and ? wildcards.
+type Filter struct {
+	Name   string
+	Values []string
+}
+
+// Page asks for a page of a Describe* listing.
+type Page struct {
+	MaxResults *int32
+	NextToken  string
+}

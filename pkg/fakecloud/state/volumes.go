@@ -1,0 +1,333 @@
+package state
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+)
+
+// CreateVolumeInput is CreateVolume's request.
+type CreateVolumeInput struct {
+	SizeGiB     *int32
+	VolumeType  string
+	Iops        *int32
+	Throughput  *int32
+	Encrypted   bool
+	KmsKeyID    string
+	SnapshotID  string
+	Zone        string
+	ZoneID      string
+	MultiAttach bool
+	Tags        []Tag
+	ClientToken string
+	DryRun      bool
+}
+
+// hash fingerprints the parameters a ClientToken binds, so a retry can be told from a different request.
+func (in CreateVolumeInput) hash() string {
+	in.ClientToken, in.DryRun = "", false
+	raw, _ := json.Marshal(in)
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// maxClientToken is EC2's limit on ClientToken length.
+const maxClientToken = 64
+
+// CreateVolume validates the request, then creates the volume's file and a record in state creating.
+func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
+	var out Volume
+	err := s.mutate(func(now time.Time) error {
+		v, err := s.createVolume(now, in)
+		if err == nil {
+			out = v.view()
+		}
+		return err
+	})
+	return out, err
+}
+
+func (s *State) createVolume(now time.Time, in CreateVolumeInput) (*Volume, error) {
+	zone, err := s.resolveZone(in.Zone, in.ZoneID)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.ClientToken) > maxClientToken {
+		return nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
+	}
+	if id, ok := s.tokens[in.ClientToken]; ok && in.ClientToken != "" {
+		v := s.volumes[id]
+		if v.ParamsHash != in.hash() {
+			return nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
+				"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+		}
+		if in.DryRun {
+			return nil, ec2err.DryRun()
+		}
+		return v, nil
+	}
+	v := &Volume{Zone: zone, Type: in.VolumeType, Encrypted: in.Encrypted, KmsKeyID: in.KmsKeyID, MultiAttach: in.MultiAttach}
+	if v.Type == "" {
+		v.Type = "gp2"
+	}
+	if err := s.applySource(v, in); err != nil {
+		return nil, err
+	}
+	if in.KmsKeyID != "" && !v.Encrypted {
+		return nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
+	}
+	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTags(in.Tags); err != nil {
+		return nil, err
+	}
+	if in.DryRun {
+		return nil, ec2err.DryRun()
+	}
+	v.ID = s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; return ok })
+	ctx, cancel := backendCtx()
+	defer cancel()
+	if v.SnapshotID != "" {
+		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
+	} else {
+		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
+	}
+	if err != nil {
+		klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
+		return nil, internal(err)
+	}
+	v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
+	v.Tags = slices.Clone(in.Tags)
+	if in.ClientToken != "" {
+		v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
+		s.tokens[in.ClientToken] = v.ID
+	}
+	s.volumes[v.ID] = v
+	s.volumeIDs.insert(v.ID)
+	s.markDirty(kindVolume, v.ID)
+	s.markPending(kindVolume, v.ID)
+	klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", zone, "type", v.Type, "sizeGiB", v.SizeGiB, "snapshotID", v.SnapshotID)
+	return v, nil
+}
+
+// applySource sets the size (and encryption) from the request and the snapshot it restores, if any.
+func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
+	if in.SnapshotID == "" {
+		if in.SizeGiB == nil {
+			return ec2err.Missing("size")
+		}
+		v.SizeGiB = *in.SizeGiB
+		return nil
+	}
+	sn, ok := s.snapshots[in.SnapshotID]
+	if !ok {
+		return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{in.SnapshotID})
+	}
+	if sn.State != SnapshotCompleted {
+		return ec2err.New(ec2err.CodeIncorrectState, "Snapshot '%s' is in state '%s'; a volume can only be created from a completed snapshot.", sn.ID, sn.State)
+	}
+	v.SnapshotID, v.SizeGiB = sn.ID, sn.VolumeSize
+	if in.SizeGiB != nil {
+		if *in.SizeGiB < sn.VolumeSize {
+			return ec2err.New(ec2err.CodeInvalidParameterValue,
+				"Volume of size %dGiB is smaller than snapshot '%s', expect size >= %dGiB", *in.SizeGiB, sn.ID, sn.VolumeSize)
+		}
+		v.SizeGiB = *in.SizeGiB
+	}
+	if sn.Encrypted {
+		v.Encrypted = true
+		if v.KmsKeyID == "" {
+			v.KmsKeyID = sn.KmsKeyID
+		}
+	}
+	return nil
+}
+
+func (s *State) resolveZone(name, id string) (string, error) {
+	switch {
+	case name != "" && id != "":
+		return "", ec2err.New(ec2err.CodeInvalidParameterCombination, "The parameter AvailabilityZone cannot be used with the parameter AvailabilityZoneId")
+	case name != "":
+		if z, ok := s.cfg.zone(name); ok {
+			return z.Name, nil
+		}
+		return "", ec2err.New(ec2err.CodeInvalidZoneNotFound, "The zone '%s' does not exist.", name)
+	case id != "":
+		if z, ok := s.cfg.zoneByID(id); ok {
+			return z.Name, nil
+		}
+		return "", ec2err.New(ec2err.CodeInvalidZoneNotFound, "The zone ID '%s' does not exist.", id)
+	}
+	return "", ec2err.Missing("AvailabilityZone")
+}
+
+func (s *State) uniqueID(prefix string, taken func(string) bool) string {
+	for {
+		if id := newID(prefix); !taken(id) {
+			return id
+		}
+	}
+}
+
+// DeleteVolume starts deleting an available volume.
+func (s *State) DeleteVolume(id string, dryRun bool) error {
+	return s.mutate(func(now time.Time) error {
+		v, err := s.volume(id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(v.Attachments) > 0:
+			return ec2err.New(ec2err.CodeVolumeInUse, "Volume %s is currently attached to %s", id, v.Attachments[0].InstanceID)
+		case v.State == VolumeDeleting:
+			if dryRun {
+				return ec2err.DryRun()
+			}
+			return nil
+		case v.State != VolumeAvailable && v.State != VolumeError:
+			return ec2err.New(ec2err.CodeIncorrectState, "The volume '%s' is '%s'", id, v.State)
+		}
+		if dryRun {
+			return ec2err.DryRun()
+		}
+		v.State, v.DueAt = VolumeDeleting, now.Add(s.cfg.Durations.VolumeDelete)
+		s.markDirty(kindVolume, id)
+		s.markPending(kindVolume, id)
+		return nil
+	})
+}
+
+// volume finds a volume by ID, with EC2's errors for malformed and unknown IDs.
+func (s *State) volume(id string) (*Volume, error) {
+	if err := checkID("vol", ec2err.CodeInvalidVolumeIDMalformed, id); err != nil {
+		return nil, err
+	}
+	v, ok := s.volumes[id]
+	if !ok {
+		return nil, notFound(ec2err.CodeInvalidVolumeNotFound, "volume", []string{id})
+	}
+	return v, nil
+}
+
+func checkID(prefix, code, id string) error {
+	rest, ok := strings.CutPrefix(id, prefix+"-")
+	if !ok || rest == "" {
+		return ec2err.New(code, "Invalid id: \"%s\" (expecting \"%s-...\")", id, prefix)
+	}
+	return nil
+}
+
+// DescribeInput is a Describe* request: IDs, filters and a page.
+type DescribeInput struct {
+	IDs     []string
+	Filters []Filter
+	Page    Page
+}
+
+var volumeFields = fields[Volume]{
+	"volume-id":            func(v *Volume) []string { return []string{v.ID} },
+	"status":               func(v *Volume) []string { return []string{v.State} },
+	"availability-zone":    func(v *Volume) []string { return []string{v.Zone} },
+	"volume-type":          func(v *Volume) []string { return []string{v.Type} },
+	"size":                 func(v *Volume) []string { return []string{strconv.Itoa(int(v.SizeGiB))} },
+	"snapshot-id":          func(v *Volume) []string { return []string{v.SnapshotID} },
+	"encrypted":            func(v *Volume) []string { return []string{strconv.FormatBool(v.Encrypted)} },
+	"multi-attach-enabled": func(v *Volume) []string { return []string{strconv.FormatBool(v.MultiAttach)} },
+	"create-time":          func(v *Volume) []string { return []string{v.CreateTime.UTC().Format(time.RFC3339)} },
+	"attachment.instance-id": func(v *Volume) []string {
+		return attachmentValues(v, func(a Attachment) string { return a.InstanceID })
+	},
+	"attachment.status": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.State }) },
+	"attachment.device": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.Device }) },
+	"attachment.delete-on-termination": func(v *Volume) []string {
+		return attachmentValues(v, func(Attachment) string { return "false" })
+	},
+}
+
+func attachmentValues(v *Volume, get func(Attachment) string) []string {
+	out := make([]string, 0, len(v.Attachments))
+	for _, a := range v.Attachments {
+		out = append(out, get(a))
+	}
+	return out
+}
+
+// DescribeVolumes lists volumes by ID or by filter, a page at a time.
+func (s *State) DescribeVolumes(in DescribeInput) ([]Volume, string, error) {
+	var (
+		out  []Volume
+		next string
+		err  error
+	)
+	s.read(func(time.Time) {
+		var match func(*Volume) bool
+		if match, err = volumeFields.compile(in.Filters, func(v *Volume) []Tag { return v.Tags }); err != nil {
+			return
+		}
+		var ids []string
+		if len(in.IDs) > 0 {
+			ids, err = s.knownIDs(in.IDs, "vol", ec2err.CodeInvalidVolumeIDMalformed, ec2err.CodeInvalidVolumeNotFound, "volume",
+				func(id string) bool { _, ok := s.volumes[id]; return ok })
+			if err != nil {
+				return
+			}
+			if _, err = volumePages.pageSize(in.Page, true); err != nil {
+				return
+			}
+			for _, id := range ids {
+				if v := s.volumes[id]; match(v) {
+					out = append(out, v.view())
+				}
+			}
+			return
+		}
+		ids, next, err = volumePages.page(&s.volumeIDs, in.Page, false, func(id string) bool { return match(s.volumes[id]) })
+		for _, id := range ids {
+			out = append(out, s.volumes[id].view())
+		}
+	})
+	return out, next, err
+}
+
+// knownIDs checks requested IDs, naming every unknown one in a single NotFound as EC2 does.
+func (s *State) knownIDs(ids []string, prefix, malformed, code, noun string, exists func(string) bool) ([]string, error) {
+	var missing []string
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if err := checkID(prefix, malformed, id); err != nil {
+			return nil, err
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if !exists(id) {
+			missing = append(missing, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	if len(missing) > 0 {
+		return nil, notFound(code, noun, missing)
+	}
+	return out, nil
+}
+
+func (v *Volume) view() Volume {
+	c := *v
+	c.Tags = slices.Clone(v.Tags)
+	c.Attachments = slices.Clone(v.Attachments)
+	c.ModHistory = nil
+	return c
+}
