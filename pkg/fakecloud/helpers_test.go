@@ -12,6 +12,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
 const (
@@ -117,3 +118,5 @@ func attached(t *testing.T, c *ec2.Client, volumeID, instanceID, device string) 
 	}
 	waitAttachment(t, c, volumeID, types.VolumeAttachmentStateAttached)
 }
+
+func statelessDescribe() state.DescribeInput { return state.DescribeInput{} }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,6 +88,7 @@ func New(opts Options) *Handler {
 	}
 	h.metrics = newMetrics(reg)
 	r := chi.NewRouter()
+	r.Use(recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if opts.Admin != nil {
@@ -106,20 +108,21 @@ func (h *Handler) serveQuery(w http.ResponseWriter, r *http.Request) {
 	requestID := uuid.NewString()
 	w.Header().Set("X-Amzn-Requestid", requestID)
 	action, resp, err := h.handle(r)
-	if err == nil {
-		err = writeXML(w, action, requestID, resp)
-		if err != nil {
-			klog.ErrorS(err, "Writing reply failed", "action", action, "requestID", requestID)
-		}
-	} else {
-		ec2err.Write(w, requestID, err)
-	}
 	code := "Success"
 	if err != nil {
-		code = ec2err.As(err).Code
+		e := ec2err.As(err)
+		code = e.Code
 		if code == ec2err.CodeInternalError {
 			klog.ErrorS(err, "Request failed", "action", action, "requestID", requestID)
 		}
+		ec2err.Write(w, requestID, e)
+	} else if werr := writeXML(w, action, requestID, resp); werr != nil {
+		// The client went away; its request was served all the same.
+		klog.V(2).InfoS("Writing reply failed", "action", action, "requestID", requestID, "err", werr)
+	}
+	if _, known := h.actions[action]; !known {
+		// Unknown names stay out of metric labels: they are unbounded and may not be UTF-8.
+		action = "unknown"
 	}
 	h.metrics.observe(action, code, time.Since(start))
 	klog.V(4).InfoS("Request", "action", action, "code", code, "requestID", requestID, "duration", time.Since(start))
@@ -164,4 +167,18 @@ func (h *Handler) handle(r *http.Request) (string, response, error) {
 		}
 	}
 	return action, resp, err
+}
+
+// recoverer answers a panic with EC2's InternalError instead of a dropped connection; it logs the panic, since
+// any panic is a bug.
+func recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				klog.ErrorS(nil, "Panic serving request", "panic", p, "stack", string(debug.Stack()))
+				ec2err.Write(w, uuid.NewString(), ec2err.New(ec2err.CodeInternalError, "An internal error has occurred"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
 }

@@ -1,0 +1,220 @@
+package fakecloud_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+)
+
+func requireLoop(t *testing.T) {
+	t.Helper()
+	if err := blockdev.Available(); err != nil {
+		t.Skipf("loop backend needs root and /dev/loop-control: %v", err)
+	}
+}
+
+// startLoopCloud runs fakecloud on loop devices and, whatever happens, releases every device and mount the test
+// made under its data directory.
+func startLoopCloud(t *testing.T) *fakecloudtest.Env {
+	t.Helper()
+	requireLoop(t)
+	env := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop})
+	t.Cleanup(func() {
+		vols, _, _ := env.Server.State.DescribeVolumes(statelessDescribe())
+		for _, v := range vols {
+			if dev := env.Server.Backend.DevicePath(v.ID); dev != "" {
+				unmountDevice(t, dev)
+				_ = env.Server.Backend.Detach(context.Background(), v.ID, true)
+			}
+		}
+	})
+	return env
+}
+
+func blockSize(t *testing.T, dev string) int64 {
+	t.Helper()
+	out, err := exec.Command("blockdev", "--getsize64", dev).Output()
+	if err != nil {
+		t.Fatalf("blockdev --getsize64 %s: %v", dev, err)
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	return n
+}
+
+// unmountDevice unmounts whatever the test mounted from dev (found in /proc/self/mounts).
+func unmountDevice(t *testing.T, dev string) {
+	raw, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == dev {
+			_ = unix.Unmount(f[1], 0)
+		}
+	}
+}
+
+func TestLoopBackendThroughAPI(t *testing.T) {
+	env := startLoopCloud(t)
+	c := env.EC2(t)
+	ctx := context.Background()
+	inst := env.Instances[zoneA]
+	const gib = int64(1) << 30
+
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+	attached(t, c, vol, inst, "/dev/xvdba")
+	dev := env.Server.Backend.DevicePath(vol)
+	if dev == "" {
+		t.Fatal("attached volume has no loop device")
+	}
+	found, err := blockdev.FindLoopDevice(env.Server.Backend.VolumeFile(vol))
+	if err != nil || found != dev {
+		t.Fatalf("FindLoopDevice by backing file = %q, %v; want %s", found, err, dev)
+	}
+	if got := blockSize(t, dev); got != gib {
+		t.Fatalf("device size %d, want %d", got, gib)
+	}
+	payload := []byte("written through the loop device")
+	writeAt(t, dev, payload, 4096)
+
+	if _, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol, Size: aws.Int32(3)}); err != nil {
+		t.Fatal(err)
+	}
+	fakecloudtest.WaitFor(t, 10*time.Second, "online growth", func(context.Context) (bool, error) {
+		return blockSize(t, dev) == 3*gib, nil
+	})
+
+	snap, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := aws.ToString(snap.SnapshotId)
+	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot", func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{SnapshotIds: []string{sid}})
+		return err == nil && out.Snapshots[0].State == types.SnapshotStateCompleted, err
+	})
+	restored := availableVolume(t, c, &ec2.CreateVolumeInput{SnapshotId: &sid})
+	attached(t, c, restored, inst, "/dev/xvdbb")
+	rdev := env.Server.Backend.DevicePath(restored)
+	if got := readAt(t, rdev, len(payload), 4096); !bytes.Equal(got, payload) {
+		t.Errorf("restored bytes %q, want %q", got, payload)
+	}
+	if got := blockSize(t, rdev); got != 3*gib {
+		t.Errorf("restored size %d, want %d", got, 3*gib)
+	}
+
+	// A mounted device keeps a plain detach busy, as a mounted disk does on EC2.
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", rdev).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v %s", err, out)
+	}
+	mnt := t.TempDir()
+	if err := unix.Mount(rdev, mnt, "ext4", 0, ""); err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, 0) })
+	if _, err := c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: &restored}); err != nil {
+		t.Fatal(err)
+	}
+	waitAttachment(t, c, restored, types.VolumeAttachmentStateBusy)
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, c, restored)
+	if found, _ := blockdev.FindLoopDevice(env.Server.Backend.VolumeFile(restored)); found != "" {
+		t.Errorf("detached volume still on %s", found)
+	}
+
+	if _, err := c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: &vol}); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, c, vol)
+	for _, id := range []string{vol, restored} {
+		if _, err := c.DeleteVolume(ctx, &ec2.DeleteVolumeInput{VolumeId: aws.String(id)}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, c, id)
+		if _, err := os.Stat(env.Server.Backend.VolumeFile(id)); !os.IsNotExist(err) {
+			t.Errorf("volume file of deleted %s remains: %v", id, err)
+		}
+	}
+	if _, err := c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: &sid}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(env.DataDir, "snapshots", "*")); len(left) != 0 {
+		t.Errorf("snapshot files left: %v", left)
+	}
+}
+
+// TestLoopDevicesSurviveRestart: fakecloud restarts while a volume is attached; the device is found again and
+// still carries the data.
+func TestLoopDevicesSurviveRestart(t *testing.T) {
+	requireLoop(t)
+	dir := t.TempDir()
+	first := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop, DataDir: dir})
+	c := first.EC2(t)
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+	attached(t, c, vol, first.Instances[zoneA], "/dev/xvdba")
+	dev := first.Server.Backend.DevicePath(vol)
+	t.Cleanup(func() {
+		b, err := blockdev.NewLoopBackend(dir)
+		if err == nil {
+			_ = b.Detach(context.Background(), vol, true)
+		}
+	})
+	writeAt(t, dev, []byte("persist"), 0)
+	first.Close()
+
+	second := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop, DataDir: dir})
+	if got := second.Server.Backend.DevicePath(vol); got != dev {
+		t.Errorf("after restart device %q, want %q", got, dev)
+	}
+	if got := readAt(t, dev, 7, 0); string(got) != "persist" {
+		t.Errorf("data after restart %q", got)
+	}
+	c = second.EC2(t)
+	if _, err := c.DetachVolume(context.Background(), &ec2.DetachVolumeInput{VolumeId: &vol}); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, c, vol)
+}
+
+func writeAt(t *testing.T, dev string, b []byte, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAt(t *testing.T, dev string, n int, off int64) []byte {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
