@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
@@ -23,9 +24,8 @@ import (
 
 func requireLoop(t *testing.T) {
 	t.Helper()
-	if err := blockdev.Available(); err != nil {
-		t.Skipf("loop backend needs root and /dev/loop-control: %v", err)
-	}
+	testutil.SkipUnless(t, blockdev.Available(), "loop backend needs root and /dev/loop-control")
+	testutil.RequireTools(t, "mkfs.ext4", "blockdev")
 }
 
 // startLoopCloud runs fakecloud on loop devices and, whatever happens, releases every device and mount the test

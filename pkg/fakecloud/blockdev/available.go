@@ -3,6 +3,8 @@ package blockdev
 import (
 	"fmt"
 	"os"
+
+	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
 // Available reports why the loop backend cannot be used here, or nil when it can. cmd uses it to pick the loop
@@ -16,8 +18,8 @@ func Available() error {
 		return fmt.Errorf("loop devices need %s: %w", loopControl, err)
 	}
 	_ = f.Close()
-	if _, err := os.Stat(sysBlock); err != nil {
-		return fmt.Errorf("loop devices are found through %s: %w", sysBlock, err)
+	if _, err := os.Stat(loopdev.DefaultRoot); err != nil {
+		return fmt.Errorf("loop devices are found through %s: %w", loopdev.DefaultRoot, err)
 	}
 	return nil
 }

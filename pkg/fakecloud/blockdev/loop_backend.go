@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
 // LoopBackend keeps volumes as sparse files like FileBackend and attaches them as real loop devices. It keeps
@@ -69,7 +71,7 @@ func (b *LoopBackend) ResizeVolume(_ context.Context, volumeID string, sizeBytes
 	}
 	// Refresh even when the file already had the size: a crash between truncate and refresh is repaired by
 	// the state layer replaying the resize.
-	d, ok, err := findLoopDevice(sysBlock, b.store.volumeFile(volumeID))
+	d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID))
 	if err != nil || !ok {
 		return err
 	}
@@ -92,8 +94,8 @@ func (b *LoopBackend) attachLocked(ctx context.Context, volumeID string) (string
 		return "", err
 	}
 	file := b.store.volumeFile(volumeID)
-	if d, ok, err := findLoopDevice(sysBlock, file); err != nil || ok {
-		return d.devPath(), err
+	if d, ok, err := hostSysfs().FindByBackingFile(file); err != nil || ok {
+		return d.Path(), err
 	}
 	dev, err := attachLoop(ctx, file)
 	if err != nil {
@@ -114,13 +116,13 @@ func (b *LoopBackend) Detach(ctx context.Context, volumeID string, force bool) e
 // detachLocked releases every live device of the volume (normally one; a second appears only if someone
 // else bound the same file).
 func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force bool) error {
-	devs, err := listLoopDevices(sysBlock)
+	devs, err := hostSysfs().List()
 	if err != nil {
 		return err
 	}
 	file := b.store.volumeFile(volumeID)
 	for _, d := range devs {
-		if !d.live() || d.backing != file {
+		if !d.Live() || d.Backing != file {
 			continue
 		}
 		if err := b.release(ctx, volumeID, d, force); err != nil {
@@ -131,16 +133,16 @@ func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force b
 }
 
 // release clears one device and, unless a holder defers the clear, waits until the kernel has let go.
-func (b *LoopBackend) release(ctx context.Context, volumeID string, d loopDevice, force bool) error {
+func (b *LoopBackend) release(ctx context.Context, volumeID string, d loopdev.Device, force bool) error {
 	held, err := clearLoop(d, force)
 	if err != nil {
 		return err
 	}
 	if held {
-		klog.InfoS("Detach deferred until the device is released", "volume", volumeID, "device", d.devPath())
+		klog.InfoS("Detach deferred until the device is released", "volume", volumeID, "device", d.Path())
 		return nil
 	}
-	klog.InfoS("Detached volume", "volume", volumeID, "device", d.devPath())
+	klog.InfoS("Detached volume", "volume", volumeID, "device", d.Path())
 	return waitReleased(ctx, d)
 }
 
@@ -162,10 +164,10 @@ func (b *LoopBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID s
 		return err
 	}
 	defer b.locks.lock(volumeID)()
-	if d, ok, err := findLoopDevice(sysBlock, b.store.volumeFile(volumeID)); err == nil && ok {
+	if d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID)); err == nil && ok {
 		if err := syncLoop(d); err != nil {
 			klog.V(2).InfoS("Flushing device before snapshot failed, copying anyway", "volume", volumeID,
-				"device", d.devPath(), "err", err)
+				"device", d.Path(), "err", err)
 		}
 	}
 	return b.store.createSnapshot(ctx, snapshotID, volumeID)
@@ -192,13 +194,13 @@ func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
 		want[id] = true
 	}
 
-	devs, err := listLoopDevices(sysBlock)
+	devs, err := hostSysfs().List()
 	if err != nil {
 		return err
 	}
 	for _, d := range devs {
-		id, ours := b.store.volumeIDOf(d.backing)
-		if !ours || d.autoclear || (want[id] && !d.deleted) {
+		id, ours := b.store.volumeIDOf(d.Backing)
+		if !ours || d.Autoclear || (want[id] && !d.Deleted) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -208,7 +210,7 @@ func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
 		err := b.release(ctx, id, d, true)
 		unlock()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("reconcile: release %s of volume %s: %w", d.devPath(), id, err))
+			errs = append(errs, fmt.Errorf("reconcile: release %s of volume %s: %w", d.Path(), id, err))
 		}
 	}
 

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
 func requireLoop(t *testing.T) {
 	t.Helper()
-	if err := Available(); err != nil {
-		t.Skip("loop backend needs root and /dev/loop-control: " + err.Error())
-	}
+	testutil.SkipUnless(t, Available(), "loop backend needs root and /dev/loop-control")
 }
 
 // newLoopBackendT opens a loop backend on dir and makes sure every loop device backed by a file in its volumes
@@ -40,21 +41,21 @@ func releaseUnderAtCleanup(t *testing.T, dir string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.Background()
-		devs, err := listLoopDevices(sysBlock)
+		devs, err := hostSysfs().List()
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
 		}
 		for _, d := range devs {
-			if filepath.Dir(d.backing) != dir {
+			if filepath.Dir(d.Backing) != dir {
 				continue
 			}
 			if _, err := clearLoop(d, true); err != nil {
-				t.Errorf("cleanup: release %s: %v", d.devPath(), err)
+				t.Errorf("cleanup: release %s: %v", d.Path(), err)
 				continue
 			}
 			if err := waitReleased(ctx, d); err != nil {
-				t.Errorf("cleanup: wait for %s: %v", d.devPath(), err)
+				t.Errorf("cleanup: wait for %s: %v", d.Path(), err)
 			}
 		}
 		if left := devicesUnder(t, dir); len(left) > 0 {
@@ -65,14 +66,14 @@ func releaseUnderAtCleanup(t *testing.T, dir string) {
 
 func devicesUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	devs, err := listLoopDevices(sysBlock)
+	devs, err := hostSysfs().List()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, d := range devs {
-		if filepath.Dir(d.backing) == dir {
-			out = append(out, d.devPath()+"="+d.backing)
+		if filepath.Dir(d.Backing) == dir {
+			out = append(out, d.Path()+"="+d.Backing)
 		}
 	}
 	return out
@@ -81,9 +82,7 @@ func devicesUnder(t *testing.T, dir string) []string {
 // mountExt4 formats dev and mounts it on a fresh directory, unmounting at cleanup.
 func mountExt4(t *testing.T, dev string) string {
 	t.Helper()
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 not installed")
-	}
+	testutil.RequireTools(t, "mkfs.ext4")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", dev).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.ext4 %s: %v\n%s", dev, err, out)
 	}
@@ -122,7 +121,7 @@ func deviceSize(t *testing.T, dev string) int64 {
 
 func sysfsBacking(t *testing.T, dev string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(sysBlock, filepath.Base(dev), "loop", "backing_file"))
+	raw, err := os.ReadFile(filepath.Join(loopdev.DefaultRoot, filepath.Base(dev), "loop", "backing_file"))
 	if err != nil {
 		t.Fatalf("backing_file of %s: %v", dev, err)
 	}
@@ -341,25 +340,6 @@ func TestLoopBackendReconcile(t *testing.T) {
 	}
 	if after := devicesUnder(t, b2.store.volumesPath()); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Errorf("second Reconcile changed devices: %v -> %v", before, after)
-	}
-}
-
-// TestEnsureDeviceNode creates a node the way Attach does when /dev lacks one, in a scratch directory so no
-// real device node is touched.
-func TestEnsureDeviceNode(t *testing.T) {
-	requireLoop(t)
-	node := filepath.Join(t.TempDir(), "loop0")
-	for range 2 { // the second call finds the node and does nothing
-		if err := ensureDeviceNode(0, node); err != nil {
-			t.Fatalf("ensureDeviceNode: %v", err)
-		}
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(node, &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != loopMajor || unix.Minor(st.Rdev) != 0 {
-		t.Fatalf("node mode %o rdev %d:%d, want block 7:0", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	}
 }
 

@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
 const (
 	loopControl = "/dev/loop-control"
-	loopMajor   = 7
 	// attachAttempts bounds the LOOP_CTL_GET_FREE race: another process (or goroutine) may bind the device we
 	// were offered before we do, and the kernel then answers EBUSY.
 	attachAttempts = 8
@@ -66,8 +65,9 @@ func attachLoop(ctx context.Context, backingFile string) (string, error) {
 
 // bindLoop binds the open backing file to loop device n. An EBUSY error means someone else took the device.
 func bindLoop(n, backingFd int, backingFile string) (string, error) {
-	dev := "/dev/loop" + strconv.Itoa(n)
-	if err := ensureDeviceNode(n, dev); err != nil {
+	// The device exists in the kernel now, but /dev may not be managed by devtmpfs/udev (typical in containers).
+	dev, err := hostSysfs().EnsureDeviceNode(loopdev.Device{Name: "loop" + strconv.Itoa(n), Number: n}, "/dev")
+	if err != nil {
 		return "", err
 	}
 	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -105,43 +105,20 @@ func setLoopName(info *unix.LoopInfo64, name string) {
 	copy(info.File_name[:unix.LO_NAME_SIZE-1], name)
 }
 
-// ensureDeviceNode creates /dev/loopN when the device exists in the kernel but /dev is not managed by
-// devtmpfs/udev (typical in containers). The numbers come from sysfs because max_part changes the minor.
-func ensureDeviceNode(n int, dev string) error {
-	if _, err := os.Stat(dev); err == nil || !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	major, minor := uint32(loopMajor), uint32(n)
-	if raw, err := os.ReadFile(filepath.Join(sysBlock, "loop"+strconv.Itoa(n), "dev")); err == nil {
-		if ma, mi, ok := strings.Cut(strings.TrimSpace(string(raw)), ":"); ok {
-			a, errA := strconv.ParseUint(ma, 10, 32)
-			b, errB := strconv.ParseUint(mi, 10, 32)
-			if errA == nil && errB == nil {
-				major, minor = uint32(a), uint32(b)
-			}
-		}
-	}
-	err := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(major, minor)))
-	if err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("mknod %s: %w", dev, err)
-	}
-	return nil
-}
-
 // openBound opens d's device node and checks, while holding it open, that it is still bound the way the sysfs
 // listing said. Holding an open file pins the binding (a clear by anyone else is deferred to our close), so
 // the device cannot be released and reused for another file between the check and our ioctl. ok is false
 // when the device is no longer bound as expected.
-func openBound(d loopDevice, flags int) (fd int, ok bool, err error) {
-	fd, err = unix.Open(d.devPath(), flags|unix.O_CLOEXEC, 0)
+func openBound(d loopdev.Device, flags int) (fd int, ok bool, err error) {
+	fd, err = unix.Open(d.Path(), flags|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
 			return -1, false, nil
 		}
-		return -1, false, fmt.Errorf("open %s: %w", d.devPath(), err)
+		return -1, false, fmt.Errorf("open %s: %w", d.Path(), err)
 	}
-	now, bound, err := readLoopDevice(sysBlock, d.name)
-	if err != nil || !bound || now.backing != d.backing || now.deleted != d.deleted {
+	now, bound, err := hostSysfs().Read(d.Name)
+	if err != nil || !bound || now.Backing != d.Backing || now.Deleted != d.Deleted {
 		unix.Close(fd)
 		return -1, false, err
 	}
@@ -151,11 +128,11 @@ func openBound(d loopDevice, flags int) (fd int, ok bool, err error) {
 // clearLoop unbinds d. An exclusive open tells whether something (a mount, a device-mapper table, mkfs) holds
 // the device: then it is ErrBusy, or with force a deferred clear that the kernel completes when the holder
 // lets go. held reports that deferred case.
-func clearLoop(d loopDevice, force bool) (held bool, err error) {
+func clearLoop(d loopdev.Device, force bool) (held bool, err error) {
 	fd, ok, err := openBound(d, unix.O_RDONLY|unix.O_EXCL)
 	if errors.Is(err, unix.EBUSY) {
 		if !force {
-			return true, fmt.Errorf("%s: %w", d.devPath(), ErrBusy)
+			return true, fmt.Errorf("%s: %w", d.Path(), ErrBusy)
 		}
 		held = true
 		fd, ok, err = openBound(d, unix.O_RDONLY)
@@ -165,7 +142,7 @@ func clearLoop(d loopDevice, force bool) (held bool, err error) {
 	}
 	defer unix.Close(fd)
 	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-		return held, fmt.Errorf("LOOP_CLR_FD %s: %w", d.devPath(), err)
+		return held, fmt.Errorf("LOOP_CLR_FD %s: %w", d.Path(), err)
 	}
 	return held, nil
 }
@@ -173,14 +150,14 @@ func clearLoop(d loopDevice, force bool) (held bool, err error) {
 // waitReleased waits until d no longer serves its backing file. The kernel finishes a clear on the last close,
 // which is normally ours; udev or blkid probing the device can delay it briefly. Timing out is not an error:
 // the device is marked autoclear by then and no longer counts as attached.
-func waitReleased(ctx context.Context, d loopDevice) error {
+func waitReleased(ctx context.Context, d loopdev.Device) error {
 	deadline := time.Now().Add(releaseWait)
 	for time.Now().Before(deadline) {
-		now, bound, err := readLoopDevice(sysBlock, d.name)
+		now, bound, err := hostSysfs().Read(d.Name)
 		if err != nil {
 			return err
 		}
-		if !bound || now.backing != d.backing {
+		if !bound || now.Backing != d.Backing {
 			return nil
 		}
 		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
@@ -191,28 +168,28 @@ func waitReleased(ctx context.Context, d loopDevice) error {
 }
 
 // setLoopCapacity makes the kernel re-read the backing file's size, so a grown volume is visible online.
-func setLoopCapacity(d loopDevice) error {
+func setLoopCapacity(d loopdev.Device) error {
 	fd, ok, err := openBound(d, unix.O_RDONLY)
 	if err != nil || !ok {
 		return err
 	}
 	defer unix.Close(fd)
 	if err := unix.IoctlSetInt(fd, unix.LOOP_SET_CAPACITY, 0); err != nil {
-		return fmt.Errorf("LOOP_SET_CAPACITY %s: %w", d.devPath(), err)
+		return fmt.Errorf("LOOP_SET_CAPACITY %s: %w", d.Path(), err)
 	}
 	return nil
 }
 
 // syncLoop flushes writes made through the device into its backing file, so a copy of the file taken next is
 // as current as the device. Best effort: callers go on with the copy when it fails.
-func syncLoop(d loopDevice) error {
+func syncLoop(d loopdev.Device) error {
 	fd, ok, err := openBound(d, unix.O_RDONLY)
 	if err != nil || !ok {
 		return err
 	}
 	defer unix.Close(fd)
 	if err := unix.Fsync(fd); err != nil {
-		return fmt.Errorf("fsync %s: %w", d.devPath(), err)
+		return fmt.Errorf("fsync %s: %w", d.Path(), err)
 	}
 	return nil
 }

@@ -1,0 +1,69 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// NodeIdentity is who a node is to the cloud: its instance ID and zone.
+type NodeIdentity struct {
+	InstanceID string
+	Zone       string
+}
+
+// ErrUnknownIdentity means no source told the node's instance ID or zone.
+var ErrUnknownIdentity = errors.New("node identity unknown")
+
+// InstanceIDLabel is a Node label that may carry the instance ID when the provider ID does not.
+const InstanceIDLabel = "node.diskforge.io/instance-id"
+
+// NodeLabels reads a node's identity from its Kubernetes Node object: the instance ID from the provider ID
+// (aws:///ZONE/INSTANCE, or the last path element of any provider ID) or the InstanceIDLabel, the zone from the
+// well-known zone label or the driver's own.
+func NodeLabels(ctx context.Context, client kubernetes.Interface, nodeName string) (NodeIdentity, error) {
+	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return NodeIdentity{}, fmt.Errorf("read node %s: %w", nodeName, err)
+	}
+	id := NodeIdentity{InstanceID: node.Labels[InstanceIDLabel], Zone: node.Labels[WellKnownZoneKey]}
+	if id.InstanceID == "" && node.Spec.ProviderID != "" {
+		parts := strings.Split(node.Spec.ProviderID, "/")
+		id.InstanceID = parts[len(parts)-1]
+	}
+	if id.Zone == "" {
+		id.Zone = node.Labels[ZoneKey]
+	}
+	return id, nil
+}
+
+// Resolve completes explicit identity (flags, environment) from fallback sources in order, stopping once both
+// fields are known.
+func Resolve(ctx context.Context, explicit NodeIdentity, fallbacks ...func(context.Context) (NodeIdentity, error)) (NodeIdentity, error) {
+	id := explicit
+	var errs []error
+	for _, fb := range fallbacks {
+		if id.InstanceID != "" && id.Zone != "" {
+			break
+		}
+		got, err := fb(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if id.InstanceID == "" {
+			id.InstanceID = got.InstanceID
+		}
+		if id.Zone == "" {
+			id.Zone = got.Zone
+		}
+	}
+	if id.InstanceID == "" || id.Zone == "" {
+		return id, fmt.Errorf("%w (instance %q, zone %q): %w", ErrUnknownIdentity, id.InstanceID, id.Zone, errors.Join(errs...))
+	}
+	return id, nil
+}
