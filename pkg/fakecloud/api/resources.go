@@ -120,7 +120,7 @@ type instanceXML struct {
 	RootDeviceType string           `xml:"rootDeviceType"`
 	RootDeviceName string           `xml:"rootDeviceName"`
 	BlockDevices   []blockDeviceXML `xml:"blockDeviceMapping>item"`
-	Tags           []tagXML         `xml:"tagSet>item,omitempty"`
+	Tags           *tagSetXML       `xml:"tagSet,omitempty"`
 }
 
 type reservationXML struct {

@@ -46,10 +46,18 @@ type tagXML struct {
 	Value string `xml:"value"`
 }
 
-func tagsXML(tags []state.Tag) []tagXML {
-	out := make([]tagXML, len(tags))
+// tagSetXML is a resource's tagSet; nil leaves the element out, as EC2 does for untagged resources.
+type tagSetXML struct {
+	Items []tagXML `xml:"item"`
+}
+
+func tagsXML(tags []state.Tag) *tagSetXML {
+	if len(tags) == 0 {
+		return nil
+	}
+	out := &tagSetXML{Items: make([]tagXML, len(tags))}
 	for i, t := range tags {
-		out[i] = tagXML{Key: t.Key, Value: t.Value}
+		out.Items[i] = tagXML{Key: t.Key, Value: t.Value}
 	}
 	return out
 }
@@ -82,7 +90,7 @@ type volumeXML struct {
 	Encrypted          bool            `xml:"encrypted"`
 	KmsKeyID           string          `xml:"kmsKeyId,omitempty"`
 	MultiAttachEnabled bool            `xml:"multiAttachEnabled"`
-	Tags               []tagXML        `xml:"tagSet>item,omitempty"`
+	Tags               *tagSetXML      `xml:"tagSet,omitempty"`
 }
 
 func (h *Handler) volumeOf(v state.Volume) volumeXML {
@@ -125,19 +133,19 @@ func modificationOf(m state.Modification) modificationXML {
 }
 
 type snapshotXML struct {
-	SnapshotID     string   `xml:"snapshotId"`
-	VolumeID       string   `xml:"volumeId"`
-	Status         string   `xml:"status"`
-	StartTime      string   `xml:"startTime"`
-	Progress       string   `xml:"progress"`
-	OwnerID        string   `xml:"ownerId"`
-	VolumeSize     int32    `xml:"volumeSize"`
-	Description    string   `xml:"description"`
-	Encrypted      bool     `xml:"encrypted"`
-	KmsKeyID       string   `xml:"kmsKeyId,omitempty"`
-	StorageTier    string   `xml:"storageTier"`
-	CompletionTime string   `xml:"completionTime,omitempty"`
-	Tags           []tagXML `xml:"tagSet>item,omitempty"`
+	SnapshotID     string     `xml:"snapshotId"`
+	VolumeID       string     `xml:"volumeId"`
+	Status         string     `xml:"status"`
+	StartTime      string     `xml:"startTime"`
+	Progress       string     `xml:"progress"`
+	OwnerID        string     `xml:"ownerId"`
+	VolumeSize     int32      `xml:"volumeSize"`
+	Description    string     `xml:"description"`
+	Encrypted      bool       `xml:"encrypted"`
+	KmsKeyID       string     `xml:"kmsKeyId,omitempty"`
+	StorageTier    string     `xml:"storageTier"`
+	CompletionTime string     `xml:"completionTime,omitempty"`
+	Tags           *tagSetXML `xml:"tagSet,omitempty"`
 }
 
 func snapshotOf(sn state.Snapshot) snapshotXML {

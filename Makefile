@@ -1,0 +1,43 @@
+# diskforge: a cloud-disk CSI driver and fakecloud, the EC2-compatible cloud it is tested against.
+
+GO      ?= go
+BIN     := $(CURDIR)/bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build demo test test-go test-clients bench lint deps clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# The main job: fakecloud on loop devices plus the driver, one volume through its whole life over CSI.
+demo: build
+	$(GO) run ./test/demo --bin $(BIN)
+
+# Everything CI runs. Needs root, loop devices, e2fsprogs, xfsprogs and the AWS CLI (see `make deps`).
+test: lint test-go test-clients
+
+test-go:
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-clients:
+	bash test/clients/run.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
+
+lint:
+	@out=$$(gofmt -l cmd pkg internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# What a fresh Debian machine lacks for the tests (run as root).
+deps:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs e2fsprogs util-linux awscli shellcheck >/dev/null
+	$(GO) mod download
+
+clean:
+	rm -rf $(BIN)
