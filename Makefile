@@ -13,11 +13,15 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # The main job: fakecloud on loop devices plus the driver, one volume through its whole life over CSI.
-demo: build
+demo:
+	hack/deps.sh demo
+	$(MAKE) build
 	$(GO) run ./test/demo --bin $(BIN)
 
 # Everything CI runs. Needs root, loop devices, e2fsprogs, xfsprogs and the AWS CLI (see `make deps`).
-test: lint test-go test-clients
+test:
+	hack/deps.sh test
+	$(MAKE) lint test-go test-clients
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
@@ -30,14 +34,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
 
 lint:
-	@out=$$(gofmt -l cmd pkg internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd pkg internal test hack); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	shellcheck hack/*.sh test/clients/*.sh .ci/run
 
-# What a fresh Debian machine lacks for the tests (run as root).
+# What a fresh Debian machine lacks for the tests (run as root); `make test` runs it itself.
 deps:
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs e2fsprogs util-linux awscli shellcheck >/dev/null
-	$(GO) mod download
+	hack/deps.sh test
 
 clean:
 	rm -rf $(BIN)

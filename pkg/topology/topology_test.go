@@ -11,7 +11,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-func seg(key, zone string) *csi.Topology { return &csi.Topology{Segments: map[string]string{key: zone}} }
+func seg(key, zone string) *csi.Topology {
+	return &csi.Topology{Segments: map[string]string{key: zone}}
+}
 
 func TestChooseZone(t *testing.T) {
 	offered := []string{"us-east-1a", "us-east-1b", "us-east-1c"}

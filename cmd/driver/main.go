@@ -1,0 +1,178 @@
+// Command driver runs the diskforge CSI driver: controller, node, or both.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
+	"github.com/diskforge/diskforge/pkg/driver"
+	"github.com/diskforge/diskforge/pkg/topology"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; CSI sidecars need a non-empty one.
+var version = "v0.1.0-dev"
+
+const (
+	modeController = "controller"
+	modeNode       = "node"
+	modeAll        = "all"
+)
+
+type options struct {
+	endpoint, mode, name, httpEndpoint string
+	cloud                              ec2cloud.Options
+	node                               topology.NodeIdentity
+	nodeName, kubeconfig               string
+	maxVolumes                         int64
+	maxFormat                          int
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseFlags() *options {
+	o := &options{}
+	flag.StringVar(&o.endpoint, "endpoint", envOr("CSI_ENDPOINT", "unix:///csi/csi.sock"), "CSI endpoint (unix:///path or tcp://host:port)")
+	flag.StringVar(&o.mode, "mode", modeAll, "services to run: controller, node or all")
+	flag.StringVar(&o.name, "driver-name", "disk.csi.diskforge.io", "CSI driver name")
+	flag.StringVar(&o.httpEndpoint, "http-endpoint", "", "address for /metrics and /healthz (empty: off)")
+	flag.StringVar(&o.cloud.Endpoint, "cloud-endpoint", os.Getenv("AWS_ENDPOINT_URL_EC2"), "EC2 endpoint URL (fakecloud's, or empty for the SDK's resolution)")
+	flag.StringVar(&o.cloud.Region, "region", os.Getenv("AWS_REGION"), "cloud region (default: the SDK's configuration)")
+	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
+	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
+	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")
+	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes Node to read the instance ID and zone from when the flags do not give them")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
+	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: the instance's attachment limit)")
+	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
+	klog.InitFlags(nil)
+	flag.Parse()
+	return o
+}
+
+func main() {
+	o := parseFlags()
+	if err := run(o); err != nil {
+		klog.ErrorS(err, "Driver failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+func run(o *options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if o.mode != modeController && o.mode != modeNode && o.mode != modeAll {
+		return fmt.Errorf("--mode must be controller, node or all, not %q", o.mode)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.cloud.Registerer = reg
+
+	var c cloud.Cloud
+	services := driver.Services{}
+	if o.mode != modeNode || o.maxVolumes == 0 {
+		ec2, err := ec2cloud.New(ctx, o.cloud)
+		if err != nil {
+			return fmt.Errorf("cloud: %w", err)
+		}
+		c = ec2
+	}
+	if o.mode != modeNode {
+		services.Controller = driver.NewControllerServer(c)
+	}
+	if o.mode != modeController {
+		node, err := newNode(ctx, o, c)
+		if err != nil {
+			return err
+		}
+		services.Node = node
+	}
+	services.Identity = driver.NewIdentityServer(o.name, version, services.Controller != nil, nil)
+	srv := driver.NewGRPCServer(services, reg)
+	lis, err := driver.Listen(o.endpoint)
+	if err != nil {
+		return err
+	}
+	if o.httpEndpoint != "" {
+		go serveHTTP(ctx, o.httpEndpoint, reg)
+	}
+	klog.InfoS("Driver serving", "endpoint", o.endpoint, "mode", o.mode, "name", o.name, "version", version)
+	return driver.Serve(ctx, srv, lis, 30*time.Second)
+}
+
+func newNode(ctx context.Context, o *options, c cloud.Cloud) (*driver.NodeServer, error) {
+	var fallbacks []func(context.Context) (topology.NodeIdentity, error)
+	if o.nodeName != "" {
+		fallbacks = append(fallbacks, func(ctx context.Context) (topology.NodeIdentity, error) {
+			client, err := kubeClient(o.kubeconfig)
+			if err != nil {
+				return topology.NodeIdentity{}, err
+			}
+			return topology.NodeLabels(ctx, client, o.nodeName)
+		})
+	}
+	id, err := topology.Resolve(ctx, o.node, fallbacks...)
+	if err != nil {
+		return nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name): %w", err)
+	}
+	limit := o.maxVolumes
+	if limit == 0 {
+		inst, err := c.GetInstance(ctx, id.InstanceID)
+		if err != nil {
+			return nil, fmt.Errorf("read instance %s for its attachment limit (or set --max-volumes-per-node): %w", id.InstanceID, err)
+		}
+		limit = int64(inst.AttachmentLimit)
+	}
+	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "maxVolumes", limit)
+	return driver.NewNodeServer(driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit, MaxConcurrentFormat: o.maxFormat})
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.ErrorS(err, "Metrics server failed", "address", addr)
+	}
+}

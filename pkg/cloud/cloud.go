@@ -1,0 +1,64 @@
+// Package cloud is the driver's only view of the cloud: a narrow interface over domain types (disks,
+// attachments, snapshots, modifications, instances, zones) and the sentinel errors its methods return.
+// Nothing here knows about EC2; the EBS-style implementation lives in pkg/cloud/ec2cloud, and only it sees SDK
+// types. Callers match errors with errors.Is against the sentinels in errors.go and map them to their own codes
+// (gRPC codes in pkg/driver) in one place.
+package cloud
+
+import "context"
+
+// Cloud manages disks for the driver. Every method takes a context and returns when it ends; methods that wait
+// for asynchronous work poll until the work is done, fails, or the context ends. Methods are safe for
+// concurrent use.
+type Cloud interface {
+	// CreateDisk creates a disk named name (the CSI volume name) and waits until it is available. It is
+	// idempotent by name: a repeated call with the same name and options returns the same disk, also after a
+	// lost reply. The same name with different options fails with ErrIdempotentParameterMismatch. A disk that
+	// fails in the cloud is deleted and ErrFailed returned, so nothing leaks.
+	CreateDisk(ctx context.Context, name string, opts DiskOptions) (*Disk, error)
+	// DeleteDisk asks the cloud to delete a disk. It returns once the deletion is accepted (the disk is
+	// deleting or gone and can no longer be attached); it does not wait for the disk to disappear. A disk that
+	// does not exist gives ErrNotFound, an attached one ErrInUse.
+	DeleteDisk(ctx context.Context, volumeID string) error
+	// GetDisk describes one disk; ErrNotFound if there is none with that ID.
+	GetDisk(ctx context.Context, volumeID string) (*Disk, error)
+	// GetDiskByName finds the disk created under a CSI volume name; ErrNotFound if there is none.
+	GetDiskByName(ctx context.Context, name string) (*Disk, error)
+	// ListDisks lists the disks this driver created, a page at a time.
+	ListDisks(ctx context.Context, page PageRequest) (*DiskPage, error)
+
+	// AttachDisk attaches a disk to an instance under a free device name and waits until it is attached. It
+	// is idempotent: a disk already attached to the instance returns its attachment. The attachment carries
+	// what the node needs to find the device: the disk ID and the device name.
+	AttachDisk(ctx context.Context, volumeID, instanceID string) (*Attachment, error)
+	// DetachDisk detaches a disk from an instance and waits until it is detached. A disk that is not attached
+	// to the instance gives nil; a disk that does not exist gives ErrNotFound.
+	DetachDisk(ctx context.Context, volumeID, instanceID string) error
+
+	// ResizeDisk grows a disk to at least sizeGiB and waits until the new size is usable (the modification is
+	// optimizing or completed). It returns the disk's size, which may be larger than asked for.
+	ResizeDisk(ctx context.Context, volumeID string, sizeGiB int32) (int32, error)
+	// ModifyDisk changes a disk's size, type, IOPS or throughput and waits until the change is usable. A disk
+	// that already has the requested values is left alone.
+	ModifyDisk(ctx context.Context, volumeID string, opts ModifyOptions) (*Modification, error)
+
+	// CreateSnapshot snapshots a disk under a CSI snapshot name and returns without waiting for it to complete
+	// (ReadyToUse tells). It is idempotent by name; a name already used for another disk's snapshot gives
+	// ErrAlreadyExists.
+	CreateSnapshot(ctx context.Context, name, volumeID string, opts SnapshotOptions) (*Snapshot, error)
+	// WaitForSnapshot waits until a snapshot is completed; ErrFailed if it fails in the cloud.
+	WaitForSnapshot(ctx context.Context, snapshotID string) (*Snapshot, error)
+	// DeleteSnapshot deletes a snapshot; ErrNotFound if there is none.
+	DeleteSnapshot(ctx context.Context, snapshotID string) error
+	// GetSnapshot describes one snapshot; ErrNotFound if there is none.
+	GetSnapshot(ctx context.Context, snapshotID string) (*Snapshot, error)
+	// GetSnapshotByName finds the snapshot created under a CSI snapshot name; ErrNotFound if there is none.
+	GetSnapshotByName(ctx context.Context, name string) (*Snapshot, error)
+	// ListSnapshots lists this driver's snapshots, optionally of one source disk, a page at a time.
+	ListSnapshots(ctx context.Context, opts SnapshotListOptions) (*SnapshotPage, error)
+
+	// GetInstance describes an instance (a node); ErrNotFound if there is none.
+	GetInstance(ctx context.Context, instanceID string) (*Instance, error)
+	// ListZones lists the region's availability zones.
+	ListZones(ctx context.Context) ([]Zone, error)
+}

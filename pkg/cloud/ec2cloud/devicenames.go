@@ -1,0 +1,184 @@
+package ec2cloud
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+)
+
+// deviceNames are the names AttachDisk hands out, the EBS CSI driver's series: /dev/xvdaa … /dev/xvddx
+// (/dev/xvddx is the last name of the /dev/xvd[a-z][a-z] series EC2 allows for EBS).
+var deviceNames = func() []string {
+	var names []string
+	for _, first := range "abcd" {
+		for _, second := range "abcdefghijklmnopqrstuvwxyz" {
+			names = append(names, fmt.Sprintf("/dev/xvd%c%c", first, second))
+			if first == 'd' && second == 'x' {
+				return names
+			}
+		}
+	}
+	return names
+}()
+
+// deviceAllocator hands out free device names per instance without asking EC2 on every attach: it learns an
+// instance's devices once, lazily, from DescribeInstances, then tracks its own attaches and detaches. Names
+// taken behind its back are found when EC2 answers "already in use" (the attach then moves to the next name);
+// when it runs out of names it asks EC2 again. Names go round-robin so a name just released is not reused
+// at once, while the node may still be letting go of the old device.
+type deviceAllocator struct {
+	describe func(ctx context.Context, instanceID string) (map[string]string, error)
+
+	mu        sync.Mutex
+	instances map[string]*instanceDeviceState
+}
+
+type instanceDeviceState struct {
+	// seed is held while the instance's devices are being learned.
+	seed   chan struct{}
+	seeded bool
+	// inUse maps taken device names to their holder.
+	inUse  map[string]deviceUse
+	cursor int
+}
+
+// deviceUse is who holds a device name: a volume ("" when unknown: the root device, a name EC2 refused), and
+// whether this allocator handed it out (ours) or learned it from EC2.
+type deviceUse struct {
+	volumeID string
+	ours     bool
+}
+
+func newDeviceAllocator(describe func(ctx context.Context, instanceID string) (map[string]string, error)) *deviceAllocator {
+	return &deviceAllocator{describe: describe, instances: map[string]*instanceDeviceState{}}
+}
+
+func (a *deviceAllocator) state(instanceID string) *instanceDeviceState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.instances[instanceID]
+	if !ok {
+		st = &instanceDeviceState{seed: make(chan struct{}, 1), inUse: map[string]deviceUse{}}
+		a.instances[instanceID] = st
+	}
+	return st
+}
+
+// learn asks EC2 for the instance's devices, once unless force. Only one learn per instance runs at a time;
+// the others wait for it.
+func (a *deviceAllocator) learn(ctx context.Context, instanceID string, force bool) error {
+	st := a.state(instanceID)
+	select {
+	case st.seed <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-st.seed }()
+	a.mu.Lock()
+	seeded := st.seeded
+	a.mu.Unlock()
+	if seeded && !force {
+		return nil
+	}
+	devs, err := a.describe(ctx, instanceID)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Names EC2 no longer reports were freed behind our back, unless we handed them out: an attach may be on
+	// its way.
+	for dev, use := range st.inUse {
+		if _, ok := devs[dev]; !ok && !use.ours {
+			delete(st.inUse, dev)
+		}
+	}
+	for dev, vol := range devs {
+		// EC2's word wins over ours; a name we handed out that EC2 shows on our volume stays ours.
+		if use, ok := st.inUse[dev]; !ok || use.volumeID != vol {
+			st.inUse[dev] = deviceUse{volumeID: vol}
+		}
+	}
+	st.seeded = true
+	klog.V(4).InfoS("Learned instance devices", "instanceID", instanceID, "inUse", len(st.inUse))
+	return nil
+}
+
+// allocate reserves a device name for volumeID on the instance. A volume that already holds a name there
+// gets it again.
+func (a *deviceAllocator) allocate(ctx context.Context, instanceID, volumeID string) (string, error) {
+	if err := a.learn(ctx, instanceID, false); err != nil {
+		return "", err
+	}
+	if dev, ok := a.pick(instanceID, volumeID); ok {
+		return dev, nil
+	}
+	if err := a.learn(ctx, instanceID, true); err != nil {
+		return "", err
+	}
+	if dev, ok := a.pick(instanceID, volumeID); ok {
+		return dev, nil
+	}
+	return "", newError("attach disk", cloud.ErrLimitExceeded, "no free device name on instance %s", instanceID)
+}
+
+func (a *deviceAllocator) pick(instanceID, volumeID string) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.instances[instanceID]
+	for dev, use := range st.inUse {
+		if use.ours && use.volumeID == volumeID {
+			return dev, true
+		}
+	}
+	for i := range deviceNames {
+		dev := deviceNames[(st.cursor+i)%len(deviceNames)]
+		if _, taken := st.inUse[dev]; !taken {
+			st.inUse[dev] = deviceUse{volumeID: volumeID, ours: true}
+			st.cursor = (st.cursor + i + 1) % len(deviceNames)
+			return dev, true
+		}
+	}
+	return "", false
+}
+
+// takenElsewhere records that EC2 refused dev on the instance as already in use by someone else.
+func (a *deviceAllocator) takenElsewhere(instanceID, dev string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st, ok := a.instances[instanceID]; ok {
+		st.inUse[dev] = deviceUse{}
+	}
+}
+
+// adopt records that volumeID holds dev on the instance (an attachment found rather than made).
+func (a *deviceAllocator) adopt(instanceID, volumeID, dev string) {
+	st := a.state(instanceID)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for d, use := range st.inUse {
+		if use.volumeID == volumeID {
+			delete(st.inUse, d)
+		}
+	}
+	st.inUse[dev] = deviceUse{volumeID: volumeID, ours: true}
+}
+
+// release frees whatever name volumeID holds on the instance.
+func (a *deviceAllocator) release(instanceID, volumeID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.instances[instanceID]
+	if !ok {
+		return
+	}
+	for d, use := range st.inUse {
+		if use.volumeID == volumeID {
+			delete(st.inUse, d)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package ec2cloud
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"testing"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+)
+
+func TestDeviceNames(t *testing.T) {
+	valid := regexp.MustCompile(`^/dev/xvd[a-d][a-z]$`)
+	seen := map[string]bool{}
+	for _, n := range deviceNames {
+		if !valid.MatchString(n) || seen[n] {
+			t.Errorf("bad or repeated device name %q", n)
+		}
+		seen[n] = true
+	}
+	if deviceNames[0] != "/dev/xvdaa" || deviceNames[len(deviceNames)-1] != "/dev/xvddx" || len(deviceNames) != 102 {
+		t.Errorf("series runs %s … %s (%d names), want /dev/xvdaa … /dev/xvddx (102)", deviceNames[0], deviceNames[len(deviceNames)-1], len(deviceNames))
+	}
+}
+
+// fakeInstances answers the allocator's DescribeInstances with fixed devices and counts the calls.
+type fakeInstances struct {
+	devices map[string]map[string]string
+	calls   int
+}
+
+func (f *fakeInstances) describe(_ context.Context, id string) (map[string]string, error) {
+	f.calls++
+	devs, ok := f.devices[id]
+	if !ok {
+		return nil, newError("get instance", cloud.ErrNotFound, "no instance %s", id)
+	}
+	out := map[string]string{}
+	for k, v := range devs {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func TestDeviceAllocator(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeInstances{devices: map[string]map[string]string{
+		"i-1": {"/dev/xvda": "", "/dev/xvdaa": "vol-old"},
+	}}
+	a := newDeviceAllocator(f.describe)
+
+	d1, err := a.allocate(ctx, "i-1", "vol-1")
+	if err != nil || d1 != "/dev/xvdab" {
+		t.Fatalf("first allocation = %q, %v; want /dev/xvdab (xvdaa is taken)", d1, err)
+	}
+	if again, _ := a.allocate(ctx, "i-1", "vol-1"); again != d1 {
+		t.Errorf("a volume holding a name got %q, want its own %q", again, d1)
+	}
+	d2, _ := a.allocate(ctx, "i-1", "vol-2")
+	if d2 != "/dev/xvdac" {
+		t.Errorf("second allocation = %q, want /dev/xvdac", d2)
+	}
+	a.release("i-1", "vol-1")
+	// Round robin: the name just released is not handed out again at once.
+	if d3, _ := a.allocate(ctx, "i-1", "vol-3"); d3 != "/dev/xvdad" {
+		t.Errorf("allocation after a release = %q, want /dev/xvdad", d3)
+	}
+	// EC2 said a name is in use: it stays taken, and the volume moves on.
+	a.takenElsewhere("i-1", "/dev/xvdae")
+	if d4, _ := a.allocate(ctx, "i-1", "vol-4"); d4 != "/dev/xvdaf" {
+		t.Errorf("allocation after takenElsewhere = %q, want /dev/xvdaf", d4)
+	}
+	a.adopt("i-1", "vol-4", "/dev/xvdcz")
+	if d, _ := a.allocate(ctx, "i-1", "vol-4"); d != "/dev/xvdcz" {
+		t.Errorf("adopted volume got %q, want /dev/xvdcz", d)
+	}
+	if f.calls != 1 {
+		t.Errorf("DescribeInstances calls = %d, want 1 (learned once)", f.calls)
+	}
+
+	if _, err := a.allocate(ctx, "i-missing", "vol-1"); !errors.Is(err, cloud.ErrNotFound) {
+		t.Errorf("unknown instance: %v, want ErrNotFound", err)
+	}
+}
+
+func TestDeviceAllocatorRunsOut(t *testing.T) {
+	ctx := context.Background()
+	full := map[string]string{}
+	for _, n := range deviceNames {
+		full[n] = "vol-x"
+	}
+	f := &fakeInstances{devices: map[string]map[string]string{"i-1": full}}
+	a := newDeviceAllocator(f.describe)
+	if _, err := a.allocate(ctx, "i-1", "vol-1"); !errors.Is(err, cloud.ErrLimitExceeded) {
+		t.Fatalf("full instance: %v, want ErrLimitExceeded", err)
+	}
+	if f.calls != 2 {
+		t.Errorf("DescribeInstances calls = %d, want 2 (learn, then learn again before giving up)", f.calls)
+	}
+	// Names freed behind the allocator's back are found by learning again.
+	delete(full, "/dev/xvdbb")
+	for n := range full {
+		full[n] = ""
+	}
+	if d, err := a.allocate(ctx, "i-1", "vol-1"); err != nil || d != "/dev/xvdbb" {
+		t.Fatalf("after a name was freed: %q, %v; want /dev/xvdbb", d, err)
+	}
+}

@@ -1,0 +1,53 @@
+// Package ec2cloud implements cloud.Cloud over the EC2 API with aws-sdk-go-v2, against any EC2-compatible
+// endpoint: fakecloud in tests and kind, a real provider in production. SDK types stay in this package.
+//
+// # Files
+//
+// config.go builds the client (New, Options); volumes.go, attach.go, modify.go, snapshots.go and instances.go
+// hold the methods; wait.go polls for asynchronous work and batcher.go coalesces those polls; devicenames.go
+// allocates device names per instance; errors.go classifies EC2 errors into the cloud package's sentinels;
+// retry.go gives each mutating action its own retryer; metrics.go counts every HTTP attempt; convert.go and
+// pagination.go translate to domain types and pages.
+//
+// # Waiting
+//
+// Mutating calls return at once and EC2 finishes the work later, so CreateDisk, AttachDisk, DetachDisk,
+// ResizeDisk, ModifyDisk and WaitForSnapshot poll until it is done, it fails, or the caller's context ends.
+// Each wait polls on a schedule from cenkalti/backoff (WaitOptions: Initial, then growing by Multiplier up to
+// Max). A wait that starts while no other is in progress polls at once, so an idle cloud adds no latency.
+//
+// The polls of concurrent waits are coalesced by a batcher per resource kind: a wait subscribes to its ID, and
+// when any wait wants a fresh look the batcher makes one Describe call (with a volume-id filter, which, unlike
+// VolumeIds, does not fail as a whole when one volume is gone) for every subscribed ID, and hands each
+// subscriber its record. A call starts as soon as one is wanted and none is in flight; requests arriving
+// meanwhile are served by the next call, made as soon as the previous returns, so there is no timer. A wait
+// observed by someone else's call since its last poll skips its own. Under load one call serves many waits;
+// 100 concurrent create → attach → detach → delete cycles need about 4.2 EC2 calls per cycle, of which 4 are
+// the mutating calls themselves (BenchmarkConcurrentCycles).
+//
+// # Idempotency
+//
+// CreateDisk derives CreateVolume's ClientToken from the CSI name, so a retry after a lost reply gets the same
+// disk; when the token answers with a disk being deleted (a name reused), it moves to a token derived from the
+// name and that disk's ID. CreateSnapshot has no token: it is idempotent by a name tag, the SDK replays only
+// throttled attempts, and after an ambiguous failure the snapshot is looked up before trying again. AttachDisk
+// adopts an attachment to the same instance; DetachDisk of a disk not attached there succeeds.
+//
+// DeleteDisk returns once EC2 has accepted the deletion: the disk is deleting (or gone) and can no longer be
+// attached, and EC2 finishes on its own. It does not wait, as the EBS CSI driver does not: the wait would only
+// add calls. A disk that fails to create (state error) is deleted before CreateDisk returns ErrFailed.
+//
+// # Device names
+//
+// AttachDisk needs a device name free on the instance. The allocator learns an instance's devices once, from
+// DescribeInstances, then tracks its own attaches and detaches; a name taken behind its back is found when EC2
+// answers "already in use" and the attach moves to the next name.
+//
+// # Retries and errors
+//
+// The SDK's retryer handles throttling and 5xx. Each mutating action has its own retryer, in adaptive mode by
+// default (client-side rate limiting once throttled) with its own retry budget, so a storm on one action does
+// not starve the others; Describe calls share one standard retryer. Errors are classified by EC2 code into the
+// cloud package's sentinels; the message is read only for "already in use" on AttachVolume, which EC2 reports
+// as a plain InvalidParameterValue.
+package ec2cloud

@@ -1,0 +1,279 @@
+package ec2cloud
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+)
+
+// maxTokenGenerations bounds how often CreateDisk steps past a token whose disk is being deleted.
+const maxTokenGenerations = 3
+
+// clientToken derives CreateVolume's ClientToken from the CSI volume name: hex SHA-256, 64 characters, EC2's
+// limit. A retried CreateDisk (after a lost reply, a timeout, a restart) sends the same token and so gets the
+// same disk back; the same name with other parameters gets IdempotentParameterMismatch.
+//
+// A token stays bound to its disk while the disk is being deleted, and on real EC2 possibly longer. When the
+// token answers with a disk that is deleting or deleted (a name reused after DeleteDisk), CreateDisk moves to
+// the next generation: the token of name + that disk's ID. This is as deterministic as the first token, so a
+// retry of the retry lands on the same new disk.
+func clientToken(name, previousVolumeID string) string {
+	sum := sha256.Sum256([]byte(name + "\x00" + previousVolumeID))
+	if previousVolumeID == "" {
+		sum = sha256.Sum256([]byte(name))
+	}
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateDisk implements cloud.Cloud.
+func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOptions) (*cloud.Disk, error) {
+	const op = "create disk"
+	switch {
+	case name == "":
+		return nil, newError(op, cloud.ErrInvalidArgument, "a disk name is required")
+	case opts.Zone == "":
+		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a zone is required", name)
+	case opts.SizeGiB <= 0 && opts.SnapshotID == "":
+		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a size or a snapshot is required", name)
+	}
+	in := &ec2.CreateVolumeInput{
+		AvailabilityZone:  aws.String(opts.Zone),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
+	}
+	if opts.SizeGiB > 0 {
+		in.Size = aws.Int32(opts.SizeGiB)
+	}
+	if opts.VolumeType != "" {
+		in.VolumeType = ec2types.VolumeType(opts.VolumeType)
+	}
+	if opts.IOPS > 0 {
+		in.Iops = aws.Int32(opts.IOPS)
+	}
+	if opts.Throughput > 0 {
+		in.Throughput = aws.Int32(opts.Throughput)
+	}
+	if opts.Encrypted {
+		in.Encrypted = aws.Bool(true)
+	}
+	if opts.KMSKeyID != "" {
+		in.KmsKeyId = aws.String(opts.KMSKeyID)
+	}
+	if opts.SnapshotID != "" {
+		in.SnapshotId = aws.String(opts.SnapshotID)
+	}
+	if opts.MultiAttach {
+		in.MultiAttachEnabled = aws.Bool(true)
+	}
+
+	var out *ec2.CreateVolumeOutput
+	previous := ""
+	for gen := 0; ; gen++ {
+		in.ClientToken = aws.String(clientToken(name, previous))
+		var err error
+		out, err = c.ec2.CreateVolume(ctx, in, c.retry.forAction("CreateVolume"))
+		if err != nil {
+			return nil, classify("CreateVolume", err)
+		}
+		if out.State != ec2types.VolumeStateDeleting && out.State != ec2types.VolumeStateDeleted {
+			break
+		}
+		if gen+1 >= maxTokenGenerations {
+			return nil, newError(op, cloud.ErrIncorrectState, "disk %q: its token still answers with deleted disk %s", name, aws.ToString(out.VolumeId))
+		}
+		previous = aws.ToString(out.VolumeId)
+		klog.V(2).InfoS("Disk name reused after deletion; creating under the next token", "name", name, "deletedVolumeID", previous)
+	}
+	id := aws.ToString(out.VolumeId)
+	klog.V(4).InfoS("CreateVolume accepted", "name", name, "volumeID", id, "state", out.State)
+
+	var last ec2types.Volume
+	grace := graceClock{grace: c.wait.ConsistencyGrace}
+	err := waitFor(ctx, c, c.volumes, waitCreate, id, func(o observation[ec2types.Volume]) (bool, error) {
+		if o.err != nil {
+			return false, transientPollError(classify("DescribeVolumes", o.err), "volume available", id)
+		}
+		if !o.found {
+			if grace.expired(true, o.at) {
+				return false, newError(op, cloud.ErrFailed, "disk %q: volume %s vanished while creating", name, id)
+			}
+			return false, nil
+		}
+		grace.expired(false, o.at)
+		last = o.value
+		return creationOutcome(o.value.State)
+	})
+	switch {
+	case err == nil:
+		d := toDisk(last)
+		klog.V(2).InfoS("Disk created", "name", name, "volumeID", id, "zone", d.Zone, "sizeGiB", d.SizeGiB)
+		return d, nil
+	case errors.Is(err, cloud.ErrFailed) && last.State == ec2types.VolumeStateError:
+		c.deleteFailed(ctx, id)
+		return nil, fmt.Errorf("disk %q: volume %s went to state error and was deleted: %w", name, id, err)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%s %q: volume %s still %s: %w", op, name, id, seen(last.State), err)
+	}
+	return nil, err
+}
+
+// creationOutcome judges a volume state while waiting for a new disk: available (or already in use) is done,
+// creating is not yet, error failed, and deleting or deleted means someone deleted it.
+func creationOutcome(state ec2types.VolumeState) (bool, error) {
+	switch state {
+	case ec2types.VolumeStateAvailable, ec2types.VolumeStateInUse:
+		return true, nil
+	case ec2types.VolumeStateCreating, "":
+		return false, nil
+	case ec2types.VolumeStateError:
+		return false, newError("create disk", cloud.ErrFailed, "volume state error")
+	default:
+		return false, newError("create disk", cloud.ErrFailed, "volume %s while creating", state)
+	}
+}
+
+// deleteFailed deletes a disk that failed to create, even if the caller's context has ended, so that nothing
+// is leaked.
+func (c *Cloud) deleteFailed(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.wait.FetchTimeout)
+	defer cancel()
+	if err := c.DeleteDisk(ctx, id); err != nil && !errors.Is(err, cloud.ErrNotFound) {
+		klog.ErrorS(err, "Deleting failed disk failed; it is leaked", "volumeID", id)
+		return
+	}
+	klog.InfoS("Deleted disk that failed to create", "volumeID", id)
+}
+
+// diskTags are a new disk's tags: the caller's, then the driver's own, which win.
+func (c *Cloud) diskTags(name string, opts cloud.DiskOptions) map[string]string {
+	tags := maps.Clone(opts.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[cloud.TagName] = name
+	for k, v := range map[string]string{cloud.TagPVCName: opts.PVCName, cloud.TagPVCNamespace: opts.PVCNamespace, cloud.TagPVName: opts.PVName} {
+		if v != "" {
+			tags[k] = v
+		}
+	}
+	c.addClusterTags(tags)
+	return tags
+}
+
+func (c *Cloud) addClusterTags(tags map[string]string) {
+	if c.clusterID != "" {
+		tags[cloud.TagClusterID] = c.clusterID
+		tags[cloud.TagKubernetesClusterPrefix+c.clusterID] = "owned"
+	}
+}
+
+// DeleteDisk implements cloud.Cloud. It returns when EC2 has accepted the deletion and does not wait for the
+// volume to disappear, like the EBS CSI driver: once accepted, the volume can no longer be attached and EC2
+// finishes on its own, so a wait would only add calls. A second call while the volume is deleting is accepted
+// again (or gives ErrNotFound once it is gone).
+func (c *Cloud) DeleteDisk(ctx context.Context, volumeID string) error {
+	_, err := c.ec2.DeleteVolume(ctx, &ec2.DeleteVolumeInput{VolumeId: aws.String(volumeID)}, c.retry.forAction("DeleteVolume"))
+	if err != nil {
+		return classify("DeleteVolume", err)
+	}
+	klog.V(2).InfoS("Disk deletion accepted", "volumeID", volumeID)
+	return nil
+}
+
+// GetDisk implements cloud.Cloud. It goes through the batcher, so it shares calls with waits in progress.
+func (c *Cloud) GetDisk(ctx context.Context, volumeID string) (*cloud.Disk, error) {
+	o, err := c.volumes.get(ctx, volumeID)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("get disk %s: %w", volumeID, err)
+	case o.err != nil:
+		return nil, classify("DescribeVolumes", o.err)
+	case !o.found:
+		return nil, newError("get disk", cloud.ErrNotFound, "volume %s does not exist", volumeID)
+	}
+	return toDisk(o.value), nil
+}
+
+// GetDiskByName implements cloud.Cloud. Disks being deleted are skipped.
+func (c *Cloud) GetDiskByName(ctx context.Context, name string) (*cloud.Disk, error) {
+	in := &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{filter("tag:"+cloud.TagName, name)}}
+	var found *cloud.Disk
+	for p := ec2.NewDescribeVolumesPaginator(c.ec2, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, classify("DescribeVolumes", err)
+		}
+		for _, v := range page.Volumes {
+			if v.State == ec2types.VolumeStateDeleting || v.State == ec2types.VolumeStateDeleted {
+				continue
+			}
+			if found != nil {
+				klog.InfoS("Several disks carry one name; using the first", "name", name, "volumeID", found.ID, "other", aws.ToString(v.VolumeId))
+				continue
+			}
+			found = toDisk(v)
+		}
+	}
+	if found == nil {
+		return nil, newError("get disk by name", cloud.ErrNotFound, "no disk named %q", name)
+	}
+	return found, nil
+}
+
+// ListDisks implements cloud.Cloud: the disks that carry a CSI name (and this cluster's tag, if set).
+func (c *Cloud) ListDisks(ctx context.Context, req cloud.PageRequest) (*cloud.DiskPage, error) {
+	// Disks being deleted are gone for the driver's callers: they can no longer be used or published.
+	filters := []ec2types.Filter{filter("tag-key", cloud.TagName),
+		filter("status", cloud.DiskCreating, cloud.DiskAvailable, cloud.DiskInUse, cloud.DiskError)}
+	if c.clusterID != "" {
+		filters = append(filters, filter("tag:"+cloud.TagClusterID, c.clusterID))
+	}
+	vols, next, err := listPage(req, func(token string, size *int32) ([]ec2types.Volume, string, error) {
+		out, err := c.ec2.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: filters, MaxResults: size, NextToken: nonEmpty(token)})
+		if err != nil {
+			return nil, "", classify("DescribeVolumes", err)
+		}
+		return out.Volumes, aws.ToString(out.NextToken), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	page := &cloud.DiskPage{NextToken: next}
+	for _, v := range vols {
+		page.Disks = append(page.Disks, toDisk(v))
+	}
+	return page, nil
+}
+
+// fetchVolumes is the volume batcher's call: one DescribeVolumes with a volume-id filter, which (unlike
+// VolumeIds) does not fail as a whole when one of the volumes is gone.
+func (c *Cloud) fetchVolumes(ctx context.Context, ids []string) (map[string]ec2types.Volume, error) {
+	in := &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{filter("volume-id", ids...)}, MaxResults: aws.Int32(500)}
+	out := make(map[string]ec2types.Volume, len(ids))
+	for p := ec2.NewDescribeVolumesPaginator(c.ec2, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range page.Volumes {
+			out[aws.ToString(v.VolumeId)] = v
+		}
+	}
+	return out, nil
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

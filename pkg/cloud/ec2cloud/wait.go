@@ -1,0 +1,196 @@
+package ec2cloud
+
+import (
+	"context"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"k8s.io/klog/v2"
+)
+
+// WaitOptions shape the polling for asynchronous work. Zero fields take the defaults.
+type WaitOptions struct {
+	// Initial is the delay before the first poll of a new wait while other waits are in progress; a wait that
+	// starts when none is in progress polls at once, so an idle cloud adds no latency. Default 50ms.
+	Initial time.Duration
+	// Multiplier grows the interval after each poll. Default 1.5.
+	Multiplier float64
+	// Max caps the interval. Default 5s.
+	Max time.Duration
+	// Jitter randomizes each interval by ±Jitter (below 1). Default 0.1; negative turns jitter off.
+	Jitter float64
+	// ConsistencyGrace is how long a resource (or an attachment) missing right after the call that made it is
+	// taken for EC2's eventual consistency before the wait fails. Default 10s.
+	ConsistencyGrace time.Duration
+	// BatchSize caps the IDs one Describe call carries. Default 200.
+	BatchSize int
+	// FetchTimeout bounds one batched Describe call, which serves many waits and so has no caller's context.
+	// Default 30s.
+	FetchTimeout time.Duration
+}
+
+func (w WaitOptions) withDefaults() WaitOptions {
+	if w.Initial <= 0 {
+		w.Initial = 50 * time.Millisecond
+	}
+	if w.Multiplier < 1 {
+		w.Multiplier = 1.5
+	}
+	if w.Max <= 0 {
+		w.Max = 5 * time.Second
+	}
+	if w.Max < w.Initial {
+		w.Max = w.Initial
+	}
+	switch {
+	case w.Jitter < 0:
+		w.Jitter = 0
+	case w.Jitter == 0:
+		w.Jitter = 0.1
+	case w.Jitter >= 1:
+		w.Jitter = 0.99
+	}
+	if w.ConsistencyGrace <= 0 {
+		w.ConsistencyGrace = 10 * time.Second
+	}
+	if w.BatchSize <= 0 {
+		w.BatchSize = 200
+	}
+	if w.FetchTimeout <= 0 {
+		w.FetchTimeout = 30 * time.Second
+	}
+	return w
+}
+
+// newBackOff is the poll schedule of one wait: Initial, then growing by Multiplier up to Max, with jitter.
+// It never gives up by itself; the caller's context bounds the wait.
+func (w WaitOptions) newBackOff() backoff.BackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     w.Initial,
+		RandomizationFactor: w.Jitter,
+		Multiplier:          w.Multiplier,
+		MaxInterval:         w.Max,
+		MaxElapsedTime:      0,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	return b
+}
+
+// What a wait waits for, as the wait metric labels it.
+const (
+	waitCreate   = "create"
+	waitAttach   = "attach"
+	waitDetach   = "detach"
+	waitModify   = "modify"
+	waitSnapshot = "snapshot"
+)
+
+// checkFunc judges an observation: done, failed (err), or neither (keep waiting).
+type checkFunc[T any] func(o observation[T]) (done bool, err error)
+
+// waitFor polls id through b until check reports done or an error, or ctx ends (then it returns ctx's error).
+//
+// The schedule comes from WaitOptions: a wait that starts while no other is in progress polls at once, others
+// poll after Initial; then the interval grows. Every observation of id counts, including those from calls
+// other waits asked for: a wait that was observed since its last poll skips its next one. So under load one
+// Describe call serves many waits, and no wait is observed less often than its own schedule.
+func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id string, check checkFunc[T]) (err error) {
+	start := time.Now()
+	defer func() {
+		result := "done"
+		switch {
+		case ctx.Err() != nil:
+			result = "timeout"
+		case err != nil:
+			result = "failed"
+		}
+		c.metrics.waitDuration.WithLabelValues(what, result).Observe(time.Since(start).Seconds())
+	}()
+	if c.unbatched {
+		// For comparison in benchmarks only: every wait polls on its own.
+		b = newBatcher(b.resource, b.fetch, c.wait, c.metrics)
+	}
+	sub, idle := b.subscribe(id)
+	defer sub.close()
+	bo := c.wait.newBackOff()
+
+	// awaiting: we asked for a call and wait for its result. observed: someone else's call observed id since
+	// our last poll.
+	awaiting, observed := false, false
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	if idle {
+		timer.Stop()
+		awaiting = true
+		sub.request()
+	} else {
+		timer.Reset(bo.NextBackOff())
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sub.notify:
+			o, ok := sub.take()
+			if !ok {
+				continue
+			}
+			done, err := check(o)
+			if done || err != nil {
+				return err
+			}
+			if awaiting {
+				awaiting, observed = false, false
+				timer.Reset(bo.NextBackOff())
+			} else {
+				observed = true
+			}
+		case <-timer.C:
+			if observed {
+				observed = false
+				timer.Reset(bo.NextBackOff())
+				continue
+			}
+			awaiting = true
+			sub.request()
+		}
+	}
+}
+
+// transientPollError decides what a failed Describe call means to a wait: transient failures (throttling,
+// unavailable) are logged and the wait goes on; anything else ends it.
+func transientPollError(err error, what, id string) error {
+	if isTransient(err) {
+		klog.V(4).InfoS("Poll failed; will poll again", "what", what, "id", id, "err", err)
+		return nil
+	}
+	return err
+}
+
+// graceClock tracks how long a resource has been missing from observations that should show it.
+type graceClock struct {
+	grace time.Duration
+	since time.Time
+}
+
+// expired reports whether the resource has been missing longer than the grace; present resets it.
+func (g *graceClock) expired(missing bool, at time.Time) bool {
+	if !missing {
+		g.since = time.Time{}
+		return false
+	}
+	if g.since.IsZero() {
+		g.since = at
+	}
+	return at.Sub(g.since) > g.grace
+}
+
+// seen names the last state a wait saw, for its timeout error.
+func seen[S ~string](s S) string {
+	if s == "" {
+		return "not yet seen"
+	}
+	return string(s)
+}

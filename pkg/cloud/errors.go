@@ -1,0 +1,87 @@
+package cloud
+
+import (
+	"errors"
+	"slices"
+	"strings"
+)
+
+// Sentinel errors. Errors returned by a Cloud wrap one or more of them; match with errors.Is.
+var (
+	// ErrNotFound: the disk, snapshot, instance or attachment does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: the name is taken by a resource that is not the one asked for.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrIdempotentParameterMismatch: a disk was created under this name with other parameters. Errors that
+	// match it also match ErrAlreadyExists.
+	ErrIdempotentParameterMismatch = errors.New("idempotent parameter mismatch")
+	// ErrInvalidArgument: the cloud refused a parameter (value, combination, unknown zone, malformed ID...).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrLimitExceeded: a quota or limit was reached (disks, attachments per instance, IOPS, snapshots).
+	ErrLimitExceeded = errors.New("limit exceeded")
+	// ErrZoneMismatch: the disk and the instance are in different zones.
+	ErrZoneMismatch = errors.New("zone mismatch")
+	// ErrInUse: the disk is attached elsewhere (or, for a snapshot, in use by a disk or image).
+	ErrInUse = errors.New("in use")
+	// ErrIncorrectState: the resource is in a state that does not allow the operation now (a disk still
+	// creating, a modification in progress); the operation may succeed later.
+	ErrIncorrectState = errors.New("incorrect state")
+	// ErrUnavailable: the cloud could not be reached or failed internally, or retries ran out; retry later.
+	ErrUnavailable = errors.New("cloud unavailable")
+	// ErrThrottled: the cloud throttled the request and retries ran out. Errors that match it also match
+	// ErrUnavailable.
+	ErrThrottled = errors.New("throttled")
+	// ErrPermissionDenied: the credentials were refused or lack permission.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrFailed: asynchronous work failed in the cloud (a disk in error, a failed modification or snapshot).
+	ErrFailed = errors.New("failed in the cloud")
+)
+
+// Error is a failed cloud operation: which operation, the cloud's error code and message when there is one,
+// and the sentinels it matches. It unwraps to the underlying error (an SDK error for API failures).
+type Error struct {
+	// Op is the operation that failed, e.g. "AttachVolume" or "create disk".
+	Op string
+	// Code and Message are the cloud's error code and message; empty when the failure was not an API error.
+	Code    string
+	Message string
+	// Kinds are the sentinels the error matches.
+	Kinds []error
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	switch {
+	case e.Code != "":
+		b.WriteString(e.Code)
+		if e.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(e.Message)
+		}
+	case e.Err != nil:
+		b.WriteString(e.Err.Error())
+	case len(e.Kinds) > 0:
+		b.WriteString(e.Kinds[0].Error())
+	}
+	return b.String()
+}
+
+// Is matches the error's sentinels.
+func (e *Error) Is(target error) bool { return slices.Contains(e.Kinds, target) }
+
+// Unwrap gives the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Code returns the cloud's error code carried by err, or "" if there is none. It is meant for logs and
+// metrics; decisions belong to errors.Is on the sentinels.
+func Code(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

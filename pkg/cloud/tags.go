@@ -1,0 +1,18 @@
+package cloud
+
+// Tag keys the driver puts on the resources it creates. TagName and TagSnapshotName make disks and snapshots
+// findable by their CSI names; the others record which cluster and claim they belong to.
+const (
+	// TagName holds the CSI volume name of a disk.
+	TagName = "CSIVolumeName"
+	// TagSnapshotName holds the CSI snapshot name of a snapshot.
+	TagSnapshotName = "CSIVolumeSnapshotName"
+	// TagClusterID holds the cluster ID when one is configured.
+	TagClusterID = "diskforge.io/cluster-id"
+	// TagKubernetesClusterPrefix + cluster ID = "owned" is the tag Kubernetes cloud tooling looks for.
+	TagKubernetesClusterPrefix = "kubernetes.io/cluster/"
+	// TagPVCName, TagPVCNamespace and TagPVName record the claim a disk was provisioned for.
+	TagPVCName      = "kubernetes.io/created-for/pvc/name"
+	TagPVCNamespace = "kubernetes.io/created-for/pvc/namespace"
+	TagPVName       = "kubernetes.io/created-for/pv/name"
+)

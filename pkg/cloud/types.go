@@ -1,0 +1,179 @@
+package cloud
+
+import "time"
+
+// Disk states, as the cloud reports them.
+const (
+	DiskCreating  = "creating"
+	DiskAvailable = "available"
+	DiskInUse     = "in-use"
+	DiskDeleting  = "deleting"
+	DiskDeleted   = "deleted"
+	DiskError     = "error"
+)
+
+// Attachment states.
+const (
+	AttachmentAttaching = "attaching"
+	AttachmentAttached  = "attached"
+	AttachmentDetaching = "detaching"
+	AttachmentDetached  = "detached"
+	AttachmentBusy      = "busy"
+)
+
+// Modification states.
+const (
+	ModificationModifying  = "modifying"
+	ModificationOptimizing = "optimizing"
+	ModificationCompleted  = "completed"
+	ModificationFailed     = "failed"
+)
+
+// Snapshot states.
+const (
+	SnapshotPending   = "pending"
+	SnapshotCompleted = "completed"
+	SnapshotError     = "error"
+)
+
+// Disk is a block volume in one zone.
+type Disk struct {
+	ID string
+	// Name is the CSI volume name the disk was created under (its TagName tag); empty for disks the driver
+	// did not create.
+	Name        string
+	Zone        string
+	SizeGiB     int32
+	VolumeType  string
+	IOPS        int32
+	Throughput  int32
+	Encrypted   bool
+	KMSKeyID    string
+	SnapshotID  string
+	MultiAttach bool
+	State       string
+	CreateTime  time.Time
+	Tags        map[string]string
+	Attachments []Attachment
+}
+
+// Attachment binds a disk to an instance. VolumeID and Device are what the node needs to find the block
+// device: the node looks the device up by the volume ID (its serial or backing file), and Device is the name
+// the cloud was asked to use.
+type Attachment struct {
+	VolumeID   string
+	InstanceID string
+	Device     string
+	State      string
+}
+
+// DiskOptions are the parameters of a new disk.
+type DiskOptions struct {
+	// Zone is the availability zone; required.
+	Zone string
+	// SizeGiB is the size; required unless SnapshotID is set (then it defaults to the snapshot's size).
+	SizeGiB    int32
+	VolumeType string
+	// IOPS and Throughput are left to the cloud's default for the type when zero.
+	IOPS        int32
+	Throughput  int32
+	Encrypted   bool
+	KMSKeyID    string
+	SnapshotID  string
+	MultiAttach bool
+	// PVCName, PVCNamespace and PVName are recorded as tags (TagPVCName...) when set.
+	PVCName      string
+	PVCNamespace string
+	PVName       string
+	// Tags are extra tags; the driver's own keys (TagName, cluster tags) cannot be overridden.
+	Tags map[string]string
+}
+
+// ModifyOptions are the targets of a modification; zero values keep the disk's current value.
+type ModifyOptions struct {
+	SizeGiB    int32
+	VolumeType string
+	IOPS       int32
+	Throughput int32
+}
+
+// Modification is the state of a disk's latest modification.
+type Modification struct {
+	VolumeID         string
+	State            string
+	StatusMessage    string
+	TargetSizeGiB    int32
+	TargetVolumeType string
+	TargetIOPS       int32
+	TargetThroughput int32
+	// Progress is 0..100.
+	Progress int64
+}
+
+// Snapshot is a point-in-time copy of a disk.
+type Snapshot struct {
+	ID string
+	// Name is the CSI snapshot name (its TagSnapshotName tag); empty for snapshots the driver did not create.
+	Name           string
+	SourceVolumeID string
+	SizeGiB        int32
+	State          string
+	// Progress is 0..100.
+	Progress     int
+	ReadyToUse   bool
+	CreationTime time.Time
+	Description  string
+	Tags         map[string]string
+}
+
+// SnapshotOptions are the parameters of a new snapshot.
+type SnapshotOptions struct {
+	Description string
+	Tags        map[string]string
+}
+
+// Instance is a machine disks attach to: a node.
+type Instance struct {
+	ID           string
+	Zone         string
+	InstanceType string
+	State        string
+	// AttachmentLimit is how many data volumes the instance can hold besides its root volume.
+	AttachmentLimit int
+	// Devices maps the device names in use on the instance (its root device included) to the volume behind
+	// each, as far as the cloud reports them.
+	Devices map[string]string
+}
+
+// Zone is an availability zone of the region.
+type Zone struct {
+	Name  string
+	ID    string
+	State string
+}
+
+// PageRequest asks for a page of a listing. MaxResults 0 lets the cloud choose the page size; NextToken is the
+// token of the previous page, empty for the first.
+type PageRequest struct {
+	MaxResults int32
+	NextToken  string
+}
+
+// DiskPage is a page of disks; NextToken is empty on the last page.
+type DiskPage struct {
+	Disks     []*Disk
+	NextToken string
+}
+
+// SnapshotListOptions select snapshots to list.
+type SnapshotListOptions struct {
+	// SourceVolumeID limits the listing to snapshots of one disk when set.
+	SourceVolumeID string
+	Page           PageRequest
+}
+
+// SnapshotPage is a page of snapshots; NextToken is empty on the last page.
+type SnapshotPage struct {
+	Snapshots []*Snapshot
+	NextToken string
+}

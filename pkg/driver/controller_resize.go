@@ -1,0 +1,64 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity range is required")
+	}
+	size, err := sizeGiB(req.GetCapacityRange(), 0)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := c.inFlight.acquire(ctx, "volume/"+id)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+	}
+	defer release()
+	if _, err := c.existingDisk(ctx, id); err != nil {
+		return nil, err
+	}
+	got, err := c.cloud.ResizeDisk(ctx, id, size)
+	if err != nil {
+		return nil, rpcError(fmt.Errorf("grow volume %s to %d GiB: %w", id, size, err))
+	}
+	klog.InfoS("Volume grown", "volumeID", id, "sizeGiB", got)
+	// A block volume is used as it is; a filesystem must be grown by the node.
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(got) * gib, NodeExpansionRequired: req.GetVolumeCapability().GetBlock() == nil}, nil
+}
+
+func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	opts, err := parseMutableParams(req.GetMutableParameters())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	release, ok := c.inFlight.acquire(ctx, "volume/"+id)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+	}
+	defer release()
+	if _, err := c.existingDisk(ctx, id); err != nil {
+		return nil, err
+	}
+	if _, err := c.cloud.ModifyDisk(ctx, id, opts); err != nil {
+		return nil, rpcError(fmt.Errorf("modify volume %s: %w", id, err))
+	}
+	klog.InfoS("Volume modified", "volumeID", id, "type", opts.VolumeType, "iops", opts.IOPS, "throughput", opts.Throughput)
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}

@@ -1,0 +1,120 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+)
+
+func snapshotOf(s *cloud.Snapshot) *csi.Snapshot {
+	return &csi.Snapshot{SnapshotId: s.ID, SourceVolumeId: s.SourceVolumeID, SizeBytes: int64(s.SizeGiB) * gib,
+		CreationTime: timestamppb.New(s.CreationTime), ReadyToUse: s.ReadyToUse}
+}
+
+func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	name, source := req.GetName(), req.GetSourceVolumeId()
+	switch {
+	case name == "":
+		return nil, status.Error(codes.InvalidArgument, "snapshot name is required")
+	case source == "":
+		return nil, status.Error(codes.InvalidArgument, "source volume ID is required")
+	}
+	opts, err := parseSnapshotParams(req.GetParameters())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	release, ok := c.inFlight.acquire(ctx, "snapshot-name/"+name)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on snapshot %q is already in progress", name)
+	}
+	defer release()
+	if !validVolumeID(source) {
+		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", source)
+	}
+	snap, err := c.cloud.CreateSnapshot(ctx, name, source, opts)
+	if err != nil {
+		return nil, rpcError(fmt.Errorf("snapshot %q of volume %s: %w", name, source, err))
+	}
+	klog.InfoS("Snapshot created", "name", name, "snapshotID", snap.ID, "volumeID", source, "ready", snap.ReadyToUse)
+	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap)}, nil
+}
+
+func (c *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot ID is required")
+	}
+	if !validSnapshotID(id) {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	release, ok := c.inFlight.acquire(ctx, "snapshot/"+id)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on snapshot %s is already in progress", id)
+	}
+	defer release()
+	if err := c.cloud.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, cloud.ErrNotFound) {
+		return nil, rpcError(fmt.Errorf("delete snapshot %s: %w", id, err))
+	}
+	klog.InfoS("Snapshot deleted", "snapshotID", id)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+func (c *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries must not be negative")
+	}
+	if id := req.GetSnapshotId(); id != "" {
+		if !validSnapshotID(id) {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		snap, err := c.cloud.GetSnapshot(ctx, id)
+		switch {
+		case errors.Is(err, cloud.ErrNotFound):
+			return &csi.ListSnapshotsResponse{}, nil
+		case err != nil:
+			return nil, rpcError(err)
+		case req.GetSourceVolumeId() != "" && snap.SourceVolumeID != req.GetSourceVolumeId():
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{{Snapshot: snapshotOf(snap)}}}, nil
+	}
+	if src := req.GetSourceVolumeId(); src != "" && !validVolumeID(src) {
+		return &csi.ListSnapshotsResponse{}, nil
+	}
+	page, err := c.cloud.ListSnapshots(ctx, cloud.SnapshotListOptions{SourceVolumeID: req.GetSourceVolumeId(),
+		Page: cloud.PageRequest{MaxResults: req.GetMaxEntries(), NextToken: req.GetStartingToken()}})
+	if err != nil {
+		if req.GetStartingToken() != "" && errors.Is(err, cloud.ErrInvalidArgument) {
+			return nil, status.Errorf(codes.Aborted, "starting token %q is not valid: %v", req.GetStartingToken(), err)
+		}
+		return nil, rpcError(fmt.Errorf("list snapshots: %w", err))
+	}
+	out := &csi.ListSnapshotsResponse{NextToken: page.NextToken}
+	for _, s := range page.Snapshots {
+		out.Entries = append(out.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: snapshotOf(s)})
+	}
+	return out, nil
+}
+
+func (c *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot ID is required")
+	}
+	if !validSnapshotID(id) {
+		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", id)
+	}
+	snap, err := c.cloud.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, rpcError(fmt.Errorf("snapshot %s: %w", id, err))
+	}
+	return &csi.GetSnapshotResponse{Snapshot: snapshotOf(snap)}, nil
+}

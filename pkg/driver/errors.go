@@ -1,0 +1,68 @@
+package driver
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/topology"
+)
+
+// codeFor is the one place where errors become gRPC codes. Errors that already carry a status keep it.
+func codeFor(err error) codes.Code {
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	switch {
+	// The caller's deadline wins over what was being waited for.
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	// Idempotency mismatch also matches ErrAlreadyExists; both mean the name is taken by something else.
+	case errors.Is(err, cloud.ErrAlreadyExists):
+		return codes.AlreadyExists
+	case errors.Is(err, cloud.ErrNotFound):
+		return codes.NotFound
+	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter):
+		return codes.InvalidArgument
+	case errors.Is(err, cloud.ErrLimitExceeded):
+		return codes.ResourceExhausted
+	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
+		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged):
+		return codes.FailedPrecondition
+	case errors.Is(err, errPathInUse):
+		return codes.AlreadyExists
+	case errors.Is(err, errVolumeNotAtPath):
+		return codes.NotFound
+	case errors.Is(err, cloud.ErrIncorrectState):
+		// The operation may succeed once the resource settles: let the sidecar retry.
+		return codes.Aborted
+	case errors.Is(err, cloud.ErrThrottled), errors.Is(err, cloud.ErrUnavailable):
+		return codes.Unavailable
+	case errors.Is(err, cloud.ErrPermissionDenied):
+		return codes.PermissionDenied
+	}
+	// errDeviceNotFound stays Internal: the CO retries, and NotFound would claim the volume does not exist.
+	return codes.Internal
+}
+
+// rpcError turns err into a gRPC status with the code codeFor gives, keeping its message.
+func rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codeFor(err), err.Error())
+}
+
+// errInvalidParameter marks errors in request parameters found by the driver itself.
+var errInvalidParameter = errors.New("invalid parameter")
+
+// errOnlineResizeRefused means the kernel refused to grow a mounted filesystem; the volume can grow offline.
+var errOnlineResizeRefused = errors.New("the kernel refused to grow the mounted filesystem")

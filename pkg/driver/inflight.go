@@ -1,0 +1,57 @@
+package driver
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// inFlight guards keys (volume IDs, names) so that a concurrent duplicate of an operation is told to come
+// back later (Aborted) instead of racing the first. A hold ends when its operation returns, and never outlives
+// the operation's deadline: a stuck handler cannot block a key forever.
+type inFlight struct {
+	mu   sync.Mutex
+	held map[string]time.Time
+	now  func() time.Time
+}
+
+// maxHold bounds holds of operations whose context has no deadline.
+const maxHold = 10 * time.Minute
+
+func newInFlight(now func() time.Time) *inFlight {
+	if now == nil {
+		now = time.Now
+	}
+	return &inFlight{held: map[string]time.Time{}, now: now}
+}
+
+// acquire holds every key for ctx's operation, or none when any is held. The returned release is idempotent.
+func (f *inFlight) acquire(ctx context.Context, keys ...string) (release func(), ok bool) {
+	now := f.now()
+	until := now.Add(maxHold)
+	if d, has := ctx.Deadline(); has && d.Before(until) {
+		until = d
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range keys {
+		if exp, busy := f.held[k]; busy && now.Before(exp) {
+			return func() {}, false
+		}
+	}
+	for _, k := range keys {
+		f.held[k] = until
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, k := range keys {
+				if f.held[k] == until {
+					delete(f.held, k)
+				}
+			}
+		})
+	}, true
+}

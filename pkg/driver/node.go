@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/mount-utils"
+	"k8s.io/utils/exec"
+
+	"github.com/diskforge/diskforge/pkg/loopdev"
+	"github.com/diskforge/diskforge/pkg/topology"
+)
+
+// Defaults of NodeOptions.
+const (
+	DefaultDevDir              = "/dev"
+	DefaultMaxConcurrentFormat = 2
+	DefaultDeviceWait          = 30 * time.Second
+)
+
+// formatTokenTimeout is how long one mkfs may hold its concurrency token. mount-utils then lets another mkfs
+// start (the first one still runs to its end), so a hung mkfs cannot block every other stage for good.
+const formatTokenTimeout = 5 * time.Minute
+
+// NodeOptions configure the node service.
+type NodeOptions struct {
+	// InstanceID is the node's ID for the CO; ControllerPublishVolume attaches to it.
+	InstanceID string
+	// Zone is reported as the node's topology.
+	Zone string
+	// MaxVolumesPerNode is the instance's attachment limit; 0 means the CO decides.
+	MaxVolumesPerNode int64
+	// DevDir is where device nodes are looked up and, for loop devices the container's /dev lacks, created.
+	DevDir string
+	// Sysfs finds loop devices; the zero value reads /sys/block.
+	Sysfs loopdev.Sysfs
+	// MaxConcurrentFormat bounds parallel mkfs runs (mkfs of a large volume can take much memory). Ignored
+	// when Mounter is set.
+	MaxConcurrentFormat int
+	// DeviceWait bounds the wait for an attached volume's device to appear; the request's deadline bounds it too.
+	DeviceWait time.Duration
+	// Mounter formats and mounts; nil means the host's mount(8), mkfs and blkid.
+	Mounter *mount.SafeFormatAndMount
+	// Devices finds a volume's device; nil means loop devices backed by <volumeID>.img, then EBS NVMe links.
+	Devices DeviceFinder
+}
+
+// NodeServer stages, publishes, grows and reports volumes attached to this node.
+type NodeServer struct {
+	csi.UnimplementedNodeServer
+	opts     NodeOptions
+	mounter  *mount.SafeFormatAndMount
+	devices  DeviceFinder
+	inFlight *inFlight
+}
+
+// NewNodeServer serves the node RPCs of the instance o describes.
+func NewNodeServer(o NodeOptions) (*NodeServer, error) {
+	if o.InstanceID == "" || o.Zone == "" {
+		return nil, fmt.Errorf("node: instance ID and zone are required (got %q, %q)", o.InstanceID, o.Zone)
+	}
+	if o.MaxVolumesPerNode < 0 {
+		return nil, fmt.Errorf("node: max volumes per node must not be negative, got %d", o.MaxVolumesPerNode)
+	}
+	if o.DevDir == "" {
+		o.DevDir = DefaultDevDir
+	}
+	if o.MaxConcurrentFormat <= 0 {
+		o.MaxConcurrentFormat = DefaultMaxConcurrentFormat
+	}
+	if o.DeviceWait <= 0 {
+		o.DeviceWait = DefaultDeviceWait
+	}
+	m := o.Mounter
+	if m == nil {
+		m = mount.NewSafeFormatAndMount(mount.New(""), exec.New(),
+			mount.WithMaxConcurrentFormat(o.MaxConcurrentFormat, formatTokenTimeout))
+	}
+	devices := o.Devices
+	if devices == nil {
+		devices = &deviceFinder{devDir: o.DevDir, sysfs: o.Sysfs, wait: o.DeviceWait}
+	}
+	return &NodeServer{opts: o, mounter: m, devices: devices, inFlight: newInFlight(nil)}, nil
+}
+
+func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             n.opts.InstanceID,
+		MaxVolumesPerNode:  n.opts.MaxVolumesPerNode,
+		AccessibleTopology: &csi.Topology{Segments: topology.Segments(n.opts.Zone)},
+	}, nil
+}
+
+// NodeGetCapabilities: spec v1.13 removed VOLUME_CONDITION; volume health is served by NodeGetVolumeHealth.
+func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// lock holds volumeID for one operation; a concurrent duplicate is told to retry later.
+func (n *NodeServer) lock(ctx context.Context, volumeID string) (func(), error) {
+	release, ok := n.inFlight.acquire(ctx, volumeID)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", volumeID)
+	}
+	return release, nil
+}
+
+// Node-side error conditions, returned wrapped by helpers and turned into codes by codeFor.
+var (
+	// errDeviceNotFound: the attached volume's device did not appear in time.
+	errDeviceNotFound = errors.New("device of the volume not found")
+	// errDeviceHasData: the device holds a filesystem of another type or a partition table; it is never formatted.
+	errDeviceHasData = errors.New("device holds other data")
+	// errPathInUse: the path is mounted from another device, or with incompatible options.
+	errPathInUse = errors.New("path already in use")
+	// errNotStaged: publish found no staged filesystem at the staging path.
+	errNotStaged = errors.New("volume is not staged")
+	// errVolumeNotAtPath: the path exists but does not hold the volume (not mounted, not a device).
+	errVolumeNotAtPath = errors.New("volume not found at path")
+)
+
+// checkVolumeCapability validates one capability the way the controller does and returns the filesystem
+// ("" for block).
+func checkVolumeCapability(c *csi.VolumeCapability) (fsType string, block bool, err error) {
+	if c == nil {
+		return "", false, status.Error(codes.InvalidArgument, "volume capability is required")
+	}
+	needs, err := checkCapabilities([]*csi.VolumeCapability{c})
+	if err != nil {
+		return "", false, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if needs.block {
+		return "", true, nil
+	}
+	if needs.fsType == "" {
+		return DefaultFS, false, nil
+	}
+	return needs.fsType, false, nil
+}

@@ -1,0 +1,250 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+)
+
+// ext4IOCResizeFS is EXT4_IOC_RESIZE_FS, _IOW('f', 16, __u64): grow a mounted ext4 to a block count.
+const ext4IOCResizeFS = 0x40086610
+
+// NodeExpandVolume grows the filesystem on volume_path (publish target or staging path) to the size of its
+// device; the controller has grown the device before. Block volumes have nothing to grow.
+func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	volumeID, path := req.GetVolumeId(), req.GetVolumePath()
+	if volumeID == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	if path == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is required")
+	}
+	blockCap := false
+	if c := req.GetVolumeCapability(); c != nil {
+		_, b, err := checkVolumeCapability(c)
+		if err != nil {
+			return nil, err
+		}
+		blockCap = b
+	}
+	release, err := n.lock(ctx, volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	_, isBlock, err := blockDevice(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", path)
+	}
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if isBlock || blockCap {
+		dev := path
+		if !isBlock {
+			if dev, err = n.devices.Find(ctx, volumeID, nil); err != nil {
+				return nil, rpcError(err)
+			}
+		}
+		size, err := deviceSize(dev)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+	}
+
+	mi, mounted, err := mountAt(path)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if !mounted {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not mounted at %s", volumeID, path)
+	}
+	dev, err := n.mountSource(mi)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	var capacity int64
+	switch mi.FsType {
+	case FSExt4:
+		capacity, err = n.growExt4Online(ctx, dev, path)
+	case FSXFS:
+		capacity, err = n.growXFS(ctx, dev, path)
+	default:
+		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", mi.FsType, path)
+	}
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	klog.InfoS("Volume expanded", "volume", volumeID, "path", path, "capacity", capacity)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: capacity}, nil
+}
+
+// mountSource finds the device node of a mount: its source when that is the device, else the kernel's name for
+// the device number under DevDir.
+func (n *NodeServer) mountSource(mi mount.MountInfo) (string, error) {
+	want := mountDev(mi)
+	src := unescapeMountPath(mi.Source)
+	if rdev, isBlock, err := blockDevice(src); err == nil && isBlock && rdev == want {
+		return src, nil
+	}
+	uevent, err := os.ReadFile(filepath.Join(sysDevBlock, fmt.Sprintf("%d:%d", mi.Major, mi.Minor), "uevent"))
+	if err != nil {
+		return "", fmt.Errorf("device %d:%d mounted at %s: %w", mi.Major, mi.Minor, mi.MountPoint, err)
+	}
+	for line := range strings.Lines(string(uevent)) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok {
+			node := filepath.Join(n.opts.DevDir, name)
+			if rdev, isBlock, err := blockDevice(node); err == nil && isBlock && rdev == want {
+				return node, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no device node for %d:%d mounted at %s", mi.Major, mi.Minor, mi.MountPoint)
+}
+
+// growExt4Offline grows an unmounted ext4 to its device: e2fsck first, as resize2fs requires.
+func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint64) error {
+	if mounts, err := mountsOfDevice(rdev); err != nil || len(mounts) > 0 {
+		// resize2fs on a mounted filesystem would attempt the online resize this path avoids.
+		klog.V(4).InfoS("Not growing ext4 offline: device is mounted", "device", dev, "err", err)
+		return nil
+	}
+	devSize, err := deviceSize(dev)
+	if err != nil {
+		return err
+	}
+	bs, blocks, err := n.ext4Geometry(ctx, dev)
+	if err != nil {
+		return err
+	}
+	if devSize-bs*blocks < bs {
+		return nil
+	}
+	klog.InfoS("Growing ext4 offline", "device", dev, "from", bs*blocks, "to", devSize)
+	if out, err := n.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
+		// 1 and 2: errors were corrected.
+		var ee utilexec.ExitError
+		if !errors.As(err, &ee) || ee.ExitStatus() > 2 {
+			return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
+		}
+	}
+	if out, err := n.mounter.Exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
+		return fmt.Errorf("resize2fs %s: %w: %s", dev, err, out)
+	}
+	return nil
+}
+
+// growExt4Online grows a mounted ext4 with EXT4_IOC_RESIZE_FS and returns its size. The ioctl is used rather
+// than resize2fs so that a refusal (EPERM without CAP_SYS_RESOURCE) comes back as an errno, at once.
+func (n *NodeServer) growExt4Online(ctx context.Context, dev, mountPoint string) (int64, error) {
+	devSize, err := deviceSize(dev)
+	if err != nil {
+		return 0, err
+	}
+	bs, blocks, err := n.ext4Geometry(ctx, dev)
+	if err != nil {
+		return 0, err
+	}
+	if devSize-bs*blocks < bs {
+		return bs * blocks, nil
+	}
+	fd, err := unix.Open(mountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &fs.PathError{Op: "open", Path: mountPoint, Err: err}
+	}
+	defer unix.Close(fd)
+	newBlocks := uint64(devSize / bs)
+	klog.InfoS("Growing ext4 online", "device", dev, "mountPoint", mountPoint, "from", bs*blocks, "to", int64(newBlocks)*bs)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IOCResizeFS, uintptr(unsafe.Pointer(&newBlocks))); errno != 0 {
+		if errno == unix.EPERM {
+			return 0, fmt.Errorf("%w: growing ext4 on %s (%s) to %d bytes: %v; it grows when the volume is next staged (offline)",
+				errOnlineResizeRefused, mountPoint, dev, int64(newBlocks)*bs, errno)
+		}
+		return 0, fmt.Errorf("grow ext4 on %s (%s): %w", mountPoint, dev, errno)
+	}
+	bs, blocks, err = n.ext4Geometry(ctx, dev)
+	if err != nil {
+		return 0, err
+	}
+	return bs * blocks, nil
+}
+
+// growXFS grows a mounted XFS to its device when the device is larger, and returns the filesystem's size.
+func (n *NodeServer) growXFS(ctx context.Context, dev, mountPoint string) (int64, error) {
+	devSize, err := deviceSize(dev)
+	if err != nil {
+		return 0, err
+	}
+	bs, blocks, err := n.xfsGeometry(ctx, mountPoint)
+	if err != nil {
+		return 0, err
+	}
+	if devSize-bs*blocks < bs {
+		return bs * blocks, nil
+	}
+	klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "from", bs*blocks, "to", devSize)
+	if out, err := n.mounter.Exec.CommandContext(ctx, "xfs_growfs", "-d", mountPoint).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("xfs_growfs -d %s: %w: %s", mountPoint, err, out)
+	}
+	bs, blocks, err = n.xfsGeometry(ctx, mountPoint)
+	if err != nil {
+		return 0, err
+	}
+	return bs * blocks, nil
+}
+
+var (
+	ext4BlockCount = regexp.MustCompile(`(?m)^Block count:\s+(\d+)\s*$`)
+	ext4BlockSize  = regexp.MustCompile(`(?m)^Block size:\s+(\d+)\s*$`)
+	xfsData        = regexp.MustCompile(`(?m)^data\s+=\s+bsize=(\d+)\s+blocks=(\d+)`)
+)
+
+// ext4Geometry reads block size and block count from the superblock (dumpe2fs -h); statfs would leave the
+// metadata overhead out.
+func (n *NodeServer) ext4Geometry(ctx context.Context, dev string) (blockSize, blocks int64, err error) {
+	out, err := n.mounter.Exec.CommandContext(ctx, "dumpe2fs", "-h", dev).Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("dumpe2fs -h %s: %w", dev, err)
+	}
+	return parseGeometry(out, ext4BlockSize, 1, ext4BlockCount, 1)
+}
+
+// xfsGeometry reads the data section's block size and count of a mounted XFS.
+func (n *NodeServer) xfsGeometry(ctx context.Context, mountPoint string) (blockSize, blocks int64, err error) {
+	out, err := n.mounter.Exec.CommandContext(ctx, "xfs_info", mountPoint).Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("xfs_info %s: %w", mountPoint, err)
+	}
+	return parseGeometry(out, xfsData, 1, xfsData, 2)
+}
+
+func parseGeometry(out []byte, sizeRE *regexp.Regexp, sizeGroup int, countRE *regexp.Regexp, countGroup int) (int64, int64, error) {
+	s := sizeRE.FindSubmatch(out)
+	c := countRE.FindSubmatch(out)
+	if s == nil || c == nil {
+		return 0, 0, fmt.Errorf("no block size and count in %q", out)
+	}
+	bs, err1 := strconv.ParseInt(string(s[sizeGroup]), 10, 64)
+	blocks, err2 := strconv.ParseInt(string(c[countGroup]), 10, 64)
+	if err1 != nil || err2 != nil || bs <= 0 {
+		return 0, 0, fmt.Errorf("malformed block size %q or count %q", s[sizeGroup], c[countGroup])
+	}
+	return bs, blocks, nil
+}

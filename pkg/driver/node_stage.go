@@ -1,0 +1,184 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// NodeStageVolume makes the attached volume ready on the node: for a filesystem volume, formatted (only when
+// blank) and mounted on the staging path, grown to the device's size. Block volumes need nothing beyond a
+// device. Every step checks what is already there, so a repeat after a crash carries on where it stopped.
+func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	volumeID, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if volumeID == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	fsType, block, err := checkVolumeCapability(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	var formatOpts []string
+	if !block {
+		if formatOpts, err = mkfsOptions(fsType, req.GetVolumeContext()); err != nil {
+			return nil, rpcError(err)
+		}
+	}
+	release, err := n.lock(ctx, volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	dev, err := n.devices.Find(ctx, volumeID, req.GetPublishContext())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if block {
+		// The CO creates the staging directory; making sure keeps later calls on it (health, expand) meaningful.
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return nil, rpcError(err)
+		}
+		klog.V(4).InfoS("Block volume staged: nothing to mount", "volume", volumeID, "device", dev)
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	mountFlags := req.GetVolumeCapability().GetMount().GetMountFlags()
+	if err := n.stageFilesystem(ctx, volumeID, dev, staging, fsType, formatOpts, mountFlags); err != nil {
+		return nil, rpcError(err)
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func (n *NodeServer) stageFilesystem(ctx context.Context, volumeID, dev, staging, fsType string, formatOpts, mountFlags []string) error {
+	rdev, _, err := blockDevice(dev)
+	if err != nil {
+		return err
+	}
+	mi, mounted, err := mountAt(staging)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("inspect staging path %s: %w", staging, err)
+	}
+	if mounted {
+		if mountDev(mi) != rdev || mi.FsType != fsType {
+			return fmt.Errorf("%w: staging path %s is mounted from %s (%d:%d, %s), not from volume %s's device %s (%s)",
+				errPathInUse, staging, mi.Source, mi.Major, mi.Minor, mi.FsType, volumeID, dev, fsType)
+		}
+		klog.V(4).InfoS("Volume already staged", "volume", volumeID, "device", dev, "stagingPath", staging)
+		// A stage that crashed after mounting had not grown the filesystem yet.
+		if fsType == FSXFS {
+			_, err := n.growXFS(ctx, dev, staging)
+			return err
+		}
+		return nil
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return err
+	}
+
+	existing, err := n.mounter.GetDiskFormat(dev)
+	if err != nil {
+		return fmt.Errorf("probe %s for a filesystem: %w", dev, err)
+	}
+	switch existing {
+	case "":
+		klog.InfoS("Formatting blank device", "volume", volumeID, "device", dev, "fsType", fsType, "options", formatOpts)
+	case fsType:
+		if fsType == FSExt4 {
+			// Growing before mounting: online ext4 growth needs CAP_SYS_RESOURCE, offline growth does not.
+			if err := n.growExt4Offline(ctx, dev, rdev); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("%w: %s (volume %s) holds %q, the volume capability asks for %s; it is neither formatted nor mounted",
+			errDeviceHasData, dev, volumeID, existing, fsType)
+	}
+
+	opts := append([]string{}, mountFlags...)
+	if fsType == FSXFS {
+		// Restored snapshots and clones share their source's XFS UUID; without nouuid the second mount fails.
+		opts = append(opts, "nouuid")
+	}
+	if err := n.mounter.FormatAndMountSensitiveWithFormatOptions(dev, staging, fsType, opts, nil, formatOpts); err != nil {
+		return fmt.Errorf("format and mount %s on %s: %w", dev, staging, err)
+	}
+	klog.InfoS("Volume staged", "volume", volumeID, "device", dev, "stagingPath", staging, "fsType", fsType)
+	if fsType == FSXFS {
+		if _, err := n.growXFS(ctx, dev, staging); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkfsOptions turns the format options of the volume context into mkfs arguments. The values are checked to
+// be positive integers, so nothing from a StorageClass reaches mkfs as a flag of its own.
+func mkfsOptions(fsType string, volumeContext map[string]string) ([]string, error) {
+	values := map[string]string{}
+	for _, k := range []string{ContextBlockSize, ContextInodeSize, ContextBytesPerInode, ContextNumberOfInodes} {
+		v, ok := volumeContext[k]
+		if !ok {
+			continue
+		}
+		n, err := positiveInt32(k, v)
+		if err != nil {
+			return nil, err
+		}
+		values[k] = strconv.Itoa(int(n))
+	}
+	if err := checkFormatOptions(fsType, values); err != nil {
+		return nil, err
+	}
+	var flags map[string]string
+	switch fsType {
+	case FSExt4:
+		flags = map[string]string{ContextBlockSize: "-b", ContextInodeSize: "-I", ContextBytesPerInode: "-i", ContextNumberOfInodes: "-N"}
+	case FSXFS:
+		flags = map[string]string{ContextBlockSize: "-b", ContextInodeSize: "-i"}
+	}
+	var args []string
+	// A fixed order keeps the mkfs command line stable between retries.
+	for _, k := range []string{ContextBlockSize, ContextInodeSize, ContextBytesPerInode, ContextNumberOfInodes} {
+		v, ok := values[k]
+		if !ok {
+			continue
+		}
+		if fsType == FSXFS {
+			v = "size=" + v
+		}
+		args = append(args, flags[k], v)
+	}
+	return args, nil
+}
+
+// NodeUnstageVolume unmounts the staging path. The directory stays: the CO created it and removes it.
+func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	volumeID, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if volumeID == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	release, err := n.lock(ctx, volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := n.unmountAll(staging); err != nil {
+		return nil, rpcError(err)
+	}
+	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}

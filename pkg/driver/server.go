@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Services are the CSI services one process serves; Controller and Node may be nil.
+type Services struct {
+	Identity   csi.IdentityServer
+	Controller csi.ControllerServer
+	Node       csi.NodeServer
+}
+
+// NewGRPCServer registers the services behind logging and metrics interceptors. reg may be nil.
+func NewGRPCServer(s Services, reg prometheus.Registerer) *grpc.Server {
+	m := newRPCMetrics(reg)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, m.observe))
+	csi.RegisterIdentityServer(srv, s.Identity)
+	if s.Controller != nil {
+		csi.RegisterControllerServer(srv, s.Controller)
+	}
+	if s.Node != nil {
+		csi.RegisterNodeServer(srv, s.Node)
+	}
+	return srv
+}
+
+// logRPC logs every call with its secrets stripped, and every failure.
+func logRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	klog.V(4).InfoS("RPC", "method", info.FullMethod, "request", protosanitizer.StripSecrets(req))
+	resp, err := handler(ctx, req)
+	if err != nil {
+		klog.ErrorS(err, "RPC failed", "method", info.FullMethod, "code", status.Code(err).String())
+	} else {
+		klog.V(5).InfoS("RPC done", "method", info.FullMethod, "response", protosanitizer.StripSecrets(resp))
+	}
+	return resp, err
+}
+
+type rpcMetrics struct {
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
+	m := &rpcMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "csi_rpc_requests_total",
+			Help: "CSI RPCs served, by method and gRPC code."}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "csi_rpc_duration_seconds",
+			Help: "CSI RPC latency by method.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.calls, m.duration)
+	}
+	return m
+}
+
+func (m *rpcMetrics) observe(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	m.calls.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	m.duration.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// Listen opens a CSI endpoint: unix:///path, unix:/path, a bare path, or tcp://host:port. A stale unix socket
+// left by a crashed process is removed first.
+func Listen(endpoint string) (net.Listener, error) {
+	network, addr, err := parseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(addr), 0o750); err != nil {
+			return nil, fmt.Errorf("create socket directory: %w", err)
+		}
+		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket %s: %w", addr, err)
+		}
+	}
+	return net.Listen(network, addr)
+}
+
+func parseEndpoint(endpoint string) (network, addr string, err error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		addr = u.Path
+		if addr == "" {
+			addr = u.Opaque
+		}
+		return "unix", addr, nil
+	case "tcp":
+		return "tcp", u.Host, nil
+	case "":
+		return "unix", endpoint, nil
+	}
+	return "", "", fmt.Errorf("endpoint %q: scheme must be unix or tcp", endpoint)
+}
+
+// Serve serves srv on lis until ctx ends, then stops gracefully, cutting calls still running after grace.
+func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		srv.Stop()
+	}
+	return nil
+}
