@@ -128,9 +128,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		opts.IOPS = params.iopsPerGB * opts.SizeGiB
 	}
 
-	release, ok := c.inFlight.acquire(ctx, "volume-name/"+name)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already in progress", name)
+	release, err := c.inFlight.hold(ctx, "volume name", name)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	zones, err := c.offeredZones(ctx)
@@ -171,9 +171,9 @@ func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if !validVolumeID(id) {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	release, ok := c.inFlight.acquire(ctx, "volume/"+id)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+	release, err := c.inFlight.hold(ctx, "volume", id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	if err := c.cloud.DeleteDisk(ctx, id); err != nil && !errors.Is(err, cloud.ErrNotFound) {

@@ -27,9 +27,9 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	release, ok := c.inFlight.acquire(ctx, "volume/"+volumeID)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", volumeID)
+	release, err := c.inFlight.hold(ctx, "volume", volumeID)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 
@@ -67,9 +67,9 @@ func (c *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	if !validVolumeID(volumeID) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	release, ok := c.inFlight.acquire(ctx, "volume/"+volumeID)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", volumeID)
+	release, err := c.inFlight.hold(ctx, "volume", volumeID)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	nodes := []string{nodeID}

@@ -22,9 +22,9 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, err
 	}
-	release, ok := c.inFlight.acquire(ctx, "volume/"+id)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+	release, err := c.inFlight.hold(ctx, "volume", id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	if _, err := c.existingDisk(ctx, id); err != nil {
@@ -48,9 +48,9 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	release, ok := c.inFlight.acquire(ctx, "volume/"+id)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+	release, err := c.inFlight.hold(ctx, "volume", id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	if _, err := c.existingDisk(ctx, id); err != nil {

@@ -31,9 +31,9 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	release, ok := c.inFlight.acquire(ctx, "snapshot-name/"+name)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on snapshot %q is already in progress", name)
+	release, err := c.inFlight.hold(ctx, "snapshot name", name)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	if !validVolumeID(source) {
@@ -55,9 +55,9 @@ func (c *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	if !validSnapshotID(id) {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	release, ok := c.inFlight.acquire(ctx, "snapshot/"+id)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on snapshot %s is already in progress", id)
+	release, err := c.inFlight.hold(ctx, "snapshot", id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 	if err := c.cloud.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, cloud.ErrNotFound) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // inFlight guards keys (volume IDs, names) so that a concurrent duplicate of an operation is told to come
@@ -54,4 +57,13 @@ func (f *inFlight) acquire(ctx context.Context, keys ...string) (release func(),
 			}
 		})
 	}, true
+}
+
+// hold is acquire for an RPC on one resource: when it is held, the answer is Aborted, so the CO retries later.
+func (f *inFlight) hold(ctx context.Context, kind, id string) (release func(), err error) {
+	release, ok := f.acquire(ctx, kind+"/"+id)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on %s %q is already in progress", kind, id)
+	}
+	return release, nil
 }

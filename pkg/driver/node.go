@@ -113,11 +113,7 @@ func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 
 // lock holds volumeID for one operation; a concurrent duplicate is told to retry later.
 func (n *NodeServer) lock(ctx context.Context, volumeID string) (func(), error) {
-	release, ok := n.inFlight.acquire(ctx, volumeID)
-	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", volumeID)
-	}
-	return release, nil
+	return n.inFlight.hold(ctx, "volume", volumeID)
 }
 
 // Node-side error conditions, returned wrapped by helpers and turned into codes by codeFor.

@@ -209,7 +209,7 @@ func TestNodeValidation(t *testing.T) {
 func TestNodeInFlight(t *testing.T) {
 	n := newTestNode(t)
 	ctx := context.Background()
-	release, ok := n.inFlight.acquire(ctx, "vol-busy")
+	release, ok := n.inFlight.acquire(ctx, "volume/vol-busy")
 	if !ok {
 		t.Fatal("acquire failed")
 	}

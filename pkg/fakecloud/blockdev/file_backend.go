@@ -9,8 +9,7 @@ import (
 // FileBackend keeps volumes as plain sparse files and "attaches" a volume by handing out the file path. It
 // needs no privileges, so the state and API layers can be tested anywhere. It never reports ErrBusy.
 type FileBackend struct {
-	store fileStore
-	locks keyedMutex
+	volumeFiles
 
 	mu       sync.Mutex
 	attached map[string]bool // volume IDs handed out by Attach; forgotten on restart until Reconcile
@@ -25,23 +24,7 @@ func NewFileBackend(dataDir string) (*FileBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FileBackend{store: s, attached: make(map[string]bool)}, nil
-}
-
-func (b *FileBackend) CreateVolume(_ context.Context, volumeID string, sizeBytes int64) error {
-	if err := validateID("volume", volumeID); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	return b.store.createVolume(volumeID, sizeBytes)
-}
-
-func (b *FileBackend) RestoreVolume(ctx context.Context, volumeID, snapshotID string, sizeBytes int64) error {
-	if err := errors.Join(validateID("volume", volumeID), validateID("snapshot", snapshotID)); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	return b.store.restoreVolume(ctx, volumeID, snapshotID, sizeBytes)
+	return &FileBackend{volumeFiles: volumeFiles{store: s}, attached: make(map[string]bool)}, nil
 }
 
 func (b *FileBackend) DeleteVolume(_ context.Context, volumeID string) error {
@@ -101,13 +84,6 @@ func (b *FileBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID s
 	return b.store.createSnapshot(ctx, snapshotID, volumeID)
 }
 
-func (b *FileBackend) DeleteSnapshot(_ context.Context, snapshotID string) error {
-	if err := validateID("snapshot", snapshotID); err != nil {
-		return err
-	}
-	return b.store.removeSnapshot(snapshotID)
-}
-
 // Reconcile replaces the in-memory attachment set with attached. Volumes without a file are reported and left
 // detached; the others are attached regardless.
 func (b *FileBackend) Reconcile(_ context.Context, attached []string) error {
@@ -129,8 +105,6 @@ func (b *FileBackend) Reconcile(_ context.Context, attached []string) error {
 	b.mu.Unlock()
 	return errors.Join(errs...)
 }
-
-func (b *FileBackend) VolumeFile(volumeID string) string { return b.store.volumeFile(volumeID) }
 
 func (b *FileBackend) Close() error { return nil }
 

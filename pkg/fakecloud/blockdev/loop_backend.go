@@ -15,8 +15,7 @@ import (
 // no attachment table: the kernel's loop bindings (sysfs backing_file) are the truth, so a restarted process,
 // or a CSI node plugin, sees the same attachments.
 type LoopBackend struct {
-	store fileStore
-	locks keyedMutex
+	volumeFiles
 }
 
 var _ Backend = (*LoopBackend)(nil)
@@ -30,23 +29,7 @@ func NewLoopBackend(dataDir string) (*LoopBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LoopBackend{store: s}, nil
-}
-
-func (b *LoopBackend) CreateVolume(_ context.Context, volumeID string, sizeBytes int64) error {
-	if err := validateID("volume", volumeID); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	return b.store.createVolume(volumeID, sizeBytes)
-}
-
-func (b *LoopBackend) RestoreVolume(ctx context.Context, volumeID, snapshotID string, sizeBytes int64) error {
-	if err := errors.Join(validateID("volume", volumeID), validateID("snapshot", snapshotID)); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	return b.store.restoreVolume(ctx, volumeID, snapshotID, sizeBytes)
+	return &LoopBackend{volumeFiles: volumeFiles{store: s}}, nil
 }
 
 // DeleteVolume force-detaches first: a device still held keeps the unlinked inode until its holder lets go.
@@ -173,13 +156,6 @@ func (b *LoopBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID s
 	return b.store.createSnapshot(ctx, snapshotID, volumeID)
 }
 
-func (b *LoopBackend) DeleteSnapshot(_ context.Context, snapshotID string) error {
-	if err := validateID("snapshot", snapshotID); err != nil {
-		return err
-	}
-	return b.store.removeSnapshot(snapshotID)
-}
-
 // Reconcile releases this backend's devices that state no longer wants (unknown volume, or a volume file that
 // was deleted under the device), then makes sure every wanted volume has a device. Devices whose backing file
 // lies outside <dataDir>/volumes belong to other software and are never touched.
@@ -229,8 +205,6 @@ func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
 	}
 	return errors.Join(errs...)
 }
-
-func (b *LoopBackend) VolumeFile(volumeID string) string { return b.store.volumeFile(volumeID) }
 
 // Close does nothing: devices stay bound across restarts and Reconcile picks them up again.
 func (b *LoopBackend) Close() error { return nil }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
@@ -41,7 +42,7 @@ func attachLoop(ctx context.Context, backingFile string) (string, error) {
 	var lastErr error
 	for attempt := range attachAttempts {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
 				return "", err
 			}
 		}
@@ -160,7 +161,7 @@ func waitReleased(ctx context.Context, d loopdev.Device) error {
 		if !bound || now.Backing != d.Backing {
 			return nil
 		}
-		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -192,15 +193,4 @@ func syncLoop(d loopdev.Device) error {
 		return fmt.Errorf("fsync %s: %w", d.Path(), err)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 )
 
 // Injector applies a Config. It is safe for concurrent use. A nil *Injector injects nothing, so callers need
@@ -45,7 +47,7 @@ func WithClock(now func() time.Time) Option {
 
 // New returns an Injector applying cfg, or an error if cfg is invalid.
 func New(cfg Config, opts ...Option) (*Injector, error) {
-	i := &Injector{sleep: sleepContext, rand: rand.Float64, now: time.Now}
+	i := &Injector{sleep: ctxsleep.Sleep, rand: rand.Float64, now: time.Now}
 	for _, opt := range opts {
 		opt(i)
 	}
@@ -124,16 +126,4 @@ func (i *Injector) Stuck(transition string) bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return slices.Contains(i.cfg.Stuck, transition)
-}
-
-// sleepContext waits d or until ctx ends.
-func sleepContext(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

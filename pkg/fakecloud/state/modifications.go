@@ -24,12 +24,9 @@ type ModifyInput struct {
 func (s *State) ModifyVolume(in ModifyInput) (Modification, error) {
 	var out Modification
 	err := s.mutate(func(now time.Time) error {
-		v, err := s.volume(in.VolumeID)
+		v, err := s.settledVolume(in.VolumeID)
 		if err != nil {
 			return err
-		}
-		if v.State != VolumeAvailable && v.State != VolumeInUse {
-			return ec2err.New(ec2err.CodeIncorrectState, "The volume '%s' is '%s'", v.ID, v.State)
 		}
 		if m, ok := s.modifications[v.ID]; ok && (m.State == ModModifying || m.State == ModOptimizing) {
 			return ec2err.New(ec2err.CodeIncorrectModificationState,

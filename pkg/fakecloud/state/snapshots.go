@@ -23,12 +23,9 @@ type CreateSnapshotInput struct {
 func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 	var out Snapshot
 	err := s.mutate(func(now time.Time) error {
-		v, err := s.volume(in.VolumeID)
+		v, err := s.settledVolume(in.VolumeID)
 		if err != nil {
 			return err
-		}
-		if v.State != VolumeAvailable && v.State != VolumeInUse {
-			return ec2err.New(ec2err.CodeIncorrectState, "The volume '%s' is '%s'", v.ID, v.State)
 		}
 		if err := validateTags(in.Tags); err != nil {
 			return err

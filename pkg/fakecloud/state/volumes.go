@@ -219,6 +219,18 @@ func (s *State) volume(id string) (*Volume, error) {
 	return v, nil
 }
 
+// settledVolume finds a volume that is available or in use: neither still creating nor being deleted.
+func (s *State) settledVolume(id string) (*Volume, error) {
+	v, err := s.volume(id)
+	if err != nil {
+		return nil, err
+	}
+	if v.State != VolumeAvailable && v.State != VolumeInUse {
+		return nil, ec2err.New(ec2err.CodeIncorrectState, "The volume '%s' is '%s'", v.ID, v.State)
+	}
+	return v, nil
+}
+
 func checkID(prefix, code, id string) error {
 	rest, ok := strings.CutPrefix(id, prefix+"-")
 	if !ok || rest == "" {
