@@ -1,0 +1,265 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/topology"
+)
+
+func TestSizeGiB(t *testing.T) {
+	cases := []struct {
+		name            string
+		required, limit int64
+		fallback        int64
+		want            int32
+		code            codes.Code
+	}{
+		{"nothing asked", 0, 0, 1, 1, codes.OK},
+		{"rounds up", gib + 1, 0, 1, 2, codes.OK},
+		{"exact", 3 * gib, 3 * gib, 1, 3, codes.OK},
+		{"limit below the next GiB", gib + 1, gib + 100, 1, 0, codes.OutOfRange},
+		{"limit only", 0, 5 * gib, 10, 5, codes.OK},
+		{"limit under a GiB", 0, gib - 1, 1, 0, codes.OutOfRange},
+		{"required over limit", 2 * gib, gib, 1, 0, codes.InvalidArgument},
+		{"negative", -1, 0, 1, 0, codes.InvalidArgument},
+	}
+	for _, tc := range cases {
+		got, err := sizeGiB(&csi.CapacityRange{RequiredBytes: tc.required, LimitBytes: tc.limit}, tc.fallback)
+		if status.Code(err) != tc.code || got != tc.want {
+			t.Errorf("%s: sizeGiB = %d, %v; want %d, %s", tc.name, got, err, tc.want, tc.code)
+		}
+	}
+}
+
+func TestInFlightHoldEndsAtDeadline(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := newInFlight(func() time.Time { return now })
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(time.Minute))
+	defer cancel()
+	if _, err := f.hold(ctx, "volume", "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.hold(context.Background(), "volume", "vol-1"); status.Code(err) != codes.Aborted {
+		t.Fatalf("duplicate: %v, want Aborted", err)
+	}
+	if _, err := f.hold(context.Background(), "volume", "vol-2"); err != nil {
+		t.Fatalf("other key: %v", err)
+	}
+	// A holder that never returns does not block the key past its deadline.
+	now = now.Add(2 * time.Minute)
+	release, err := f.hold(context.Background(), "volume", "vol-1")
+	if err != nil {
+		t.Fatalf("after the holder's deadline: %v", err)
+	}
+	release()
+	release()
+}
+
+// newTestController runs a controller against an in-process fakecloud (file backend) through the real SDK.
+func newTestController(t *testing.T) (*ControllerServer, *fakecloudtest.Env) {
+	t.Helper()
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c, err := ec2cloud.New(context.Background(), ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
+		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
+		Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewControllerServer(c), env
+}
+
+func zoneReq(zones ...string) []*csi.Topology {
+	var out []*csi.Topology
+	for _, z := range zones {
+		out = append(out, &csi.Topology{Segments: topology.Segments(z)})
+	}
+	return out
+}
+
+var (
+	mountRWO = &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	blockRWX = &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
+)
+
+func TestControllerCreateVolume(t *testing.T) {
+	c, _ := newTestController(t)
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		req      *csi.CreateVolumeRequest
+		code     codes.Code
+		errText  string
+		zone     string
+		sizeGiB  int64
+		volCtxFS string
+	}{
+		{name: "preferred zone first", req: &csi.CreateVolumeRequest{Name: "pvc-a", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a", "us-east-1b"), Preferred: zoneReq("us-east-1b")}},
+			zone: "us-east-1b", sizeGiB: DefaultVolumeSizeGiB},
+		{name: "requisite when nothing preferred", req: &csi.CreateVolumeRequest{Name: "pvc-b", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 3 * gib / 2}, Parameters: map[string]string{ParamFSType: "xfs"},
+			AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1c")}},
+			zone: "us-east-1c", sizeGiB: 2, volCtxFS: "xfs"},
+		{name: "zone the cloud lacks", req: &csi.CreateVolumeRequest{Name: "pvc-c", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("eu-west-1a")}}, code: codes.InvalidArgument, errText: "eu-west-1a"},
+		{name: "unknown parameter", req: &csi.CreateVolumeRequest{Name: "pvc-d", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{"colour": "blue"}}, code: codes.InvalidArgument, errText: "colour"},
+		{name: "cloud refuses the type's limits", req: &csi.CreateVolumeRequest{Name: "pvc-e", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{"type": "io1", "iops": "100000"}, CapacityRange: &csi.CapacityRange{RequiredBytes: 10 * gib}},
+			code: codes.InvalidArgument, errText: "maximum is 64000"},
+		{name: "multi-node needs io1/io2", req: &csi.CreateVolumeRequest{Name: "pvc-f", VolumeCapabilities: []*csi.VolumeCapability{blockRWX},
+			Parameters: map[string]string{"type": "gp3"}}, code: codes.InvalidArgument, errText: "io1 or io2"},
+		{name: "multi-node io2 block", req: &csi.CreateVolumeRequest{Name: "pvc-g", VolumeCapabilities: []*csi.VolumeCapability{blockRWX},
+			Parameters: map[string]string{"type": "io2", "iops": "1000"}, CapacityRange: &csi.CapacityRange{RequiredBytes: 4 * gib}}, zone: "us-east-1a", sizeGiB: 4},
+		{name: "no capabilities", req: &csi.CreateVolumeRequest{Name: "pvc-h"}, code: codes.InvalidArgument},
+		{name: "no name", req: &csi.CreateVolumeRequest{VolumeCapabilities: []*csi.VolumeCapability{mountRWO}}, code: codes.InvalidArgument},
+		{name: "missing snapshot", req: &csi.CreateVolumeRequest{Name: "pvc-i", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "snap-0123456789abcdef0"}}}},
+			code: codes.NotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.CreateVolume(ctx, tc.req)
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.errText) {
+				t.Fatalf("err = %v, want %s containing %q", err, tc.code, tc.errText)
+			}
+			if tc.code != codes.OK {
+				return
+			}
+			v := resp.GetVolume()
+			seg := v.GetAccessibleTopology()[0].GetSegments()
+			if seg[topology.ZoneKey] != tc.zone || seg[topology.WellKnownZoneKey] != tc.zone || v.GetCapacityBytes() != tc.sizeGiB*gib ||
+				v.GetVolumeContext()[ParamFSType] != tc.volCtxFS {
+				t.Errorf("volume = %+v", v)
+			}
+		})
+	}
+}
+
+func TestControllerCreateIsIdempotentAndTags(t *testing.T) {
+	c, _ := newTestController(t)
+	ctx := context.Background()
+	req := &csi.CreateVolumeRequest{Name: "pvc-1234", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		Parameters: map[string]string{ParamPVCName: "data", ParamPVCNamespace: "db", ParamPVName: "pvc-1234", "tagSpecification_1": "team=storage"}}
+	first, err := c.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateVolume(ctx, req)
+	if err != nil || again.GetVolume().GetVolumeId() != first.GetVolume().GetVolumeId() {
+		t.Fatalf("repeat = %v, %v; want %s", again, err, first.GetVolume().GetVolumeId())
+	}
+	bigger := &csi.CreateVolumeRequest{Name: req.Name, VolumeCapabilities: req.VolumeCapabilities, Parameters: req.Parameters,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 5 * gib}}
+	if _, err := c.CreateVolume(ctx, bigger); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("same name, other size: %v, want AlreadyExists", err)
+	}
+	disk, err := c.cloud.GetDisk(ctx, first.GetVolume().GetVolumeId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"team": "storage", "kubernetes.io/created-for/pvc/name": "data",
+		"kubernetes.io/created-for/pvc/namespace": "db", "kubernetes.io/created-for/pv/name": "pvc-1234"} {
+		if disk.Tags[k] != v {
+			t.Errorf("tag %s = %q, want %q", k, disk.Tags[k], v)
+		}
+	}
+}
+
+func TestControllerPublishRules(t *testing.T) {
+	c, env := newTestController(t)
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-pub", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		AccessibilityRequirements: &csi.TopologyRequirement{Preferred: zoneReq("us-east-1a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	publish := func(node string) (*csi.ControllerPublishVolumeResponse, error) {
+		return c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: mountRWO})
+	}
+	nodeA, nodeB := env.Instances["us-east-1a"], env.Instances["us-east-1b"]
+	if _, err := publish(nodeB); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("publish across zones: %v, want FailedPrecondition", err)
+	}
+	if _, err := publish("i-0ffffffffffffffff"); status.Code(err) != codes.NotFound {
+		t.Errorf("publish to unknown node: %v, want NotFound", err)
+	}
+	resp, err := publish(nodeA)
+	if err != nil || !strings.HasPrefix(resp.GetPublishContext()[PublishDevicePath], "/dev/xvd") {
+		t.Fatalf("publish = %v, %v", resp, err)
+	}
+	if again, err := publish(nodeA); err != nil || again.GetPublishContext()[PublishDevicePath] != resp.GetPublishContext()[PublishDevicePath] {
+		t.Errorf("publish again = %v, %v; want the same device", again, err)
+	}
+	if _, err := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("delete while published: %v, want FailedPrecondition", err)
+	}
+	for range 2 {
+		if _, err := c.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+			t.Fatalf("unpublish: %v", err)
+		}
+	}
+	for range 2 {
+		if _, err := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+}
+
+func TestControllerAbortsDuplicates(t *testing.T) {
+	c, _ := newTestController(t)
+	ctx := context.Background()
+	release, err := c.inFlight.hold(ctx, "volume", "vol-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-0123456789abcdef0"}); status.Code(err) != codes.Aborted {
+		t.Errorf("delete during another operation: %v, want Aborted", err)
+	}
+	if _, err := c.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "not-a-token"}); status.Code(err) != codes.Aborted {
+		t.Errorf("invalid starting token: %v, want Aborted", err)
+	}
+}
+
+func TestControllerExpandAndModify(t *testing.T) {
+	c, _ := newTestController(t)
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-grow", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		Parameters: map[string]string{"type": "gp3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	grown, err := c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 3 * gib}, VolumeCapability: mountRWO})
+	if err != nil || grown.GetCapacityBytes() != 3*gib || !grown.GetNodeExpansionRequired() {
+		t.Fatalf("expand = %v, %v", grown, err)
+	}
+	block := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: mountRWO.AccessMode}
+	grown, err = c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 10 * gib}, VolumeCapability: block})
+	if err != nil || grown.GetNodeExpansionRequired() {
+		t.Fatalf("block expand = %v, %v; a block volume needs no node expansion", grown, err)
+	}
+	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: map[string]string{"iops": "4000", "throughput": "250"}}); err != nil {
+		t.Fatalf("modify: %v", err)
+	}
+	disk, err := c.cloud.GetDisk(ctx, id)
+	if err != nil || disk.IOPS != 4000 || disk.Throughput != 250 || disk.SizeGiB != 10 {
+		t.Errorf("after modify disk = %+v, %v", disk, err)
+	}
+	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: map[string]string{"encrypted": "true"}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("immutable parameter: %v, want InvalidArgument", err)
+	}
+}

@@ -1,0 +1,58 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/topology"
+)
+
+func TestCodeFor(t *testing.T) {
+	wrap := func(kinds ...error) error { return fmt.Errorf("op: %w", &cloud.Error{Op: "X", Kinds: kinds}) }
+	cases := []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"status kept", status.Error(codes.OutOfRange, "x"), codes.OutOfRange},
+		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{"canceled", context.Canceled, codes.Canceled},
+		{"not found", wrap(cloud.ErrNotFound), codes.NotFound},
+		{"already exists", wrap(cloud.ErrAlreadyExists), codes.AlreadyExists},
+		{"idempotency mismatch", wrap(cloud.ErrIdempotentParameterMismatch, cloud.ErrAlreadyExists), codes.AlreadyExists},
+		{"invalid argument", wrap(cloud.ErrInvalidArgument), codes.InvalidArgument},
+		{"no zone", fmt.Errorf("choose: %w", topology.ErrNoZone), codes.InvalidArgument},
+		{"bad parameter", invalidParam("x"), codes.InvalidArgument},
+		{"limit", wrap(cloud.ErrLimitExceeded), codes.ResourceExhausted},
+		{"zone mismatch", wrap(cloud.ErrZoneMismatch), codes.FailedPrecondition},
+		{"in use", wrap(cloud.ErrInUse), codes.FailedPrecondition},
+		{"incorrect state", wrap(cloud.ErrIncorrectState), codes.Aborted},
+		{"throttled", wrap(cloud.ErrThrottled, cloud.ErrUnavailable), codes.Unavailable},
+		{"unavailable", wrap(cloud.ErrUnavailable), codes.Unavailable},
+		{"permission", wrap(cloud.ErrPermissionDenied), codes.PermissionDenied},
+		{"failed in the cloud", wrap(cloud.ErrFailed), codes.Internal},
+		{"online resize refused", fmt.Errorf("grow: %w", errOnlineResizeRefused), codes.FailedPrecondition},
+		{"foreign data", fmt.Errorf("stage: %w", errDeviceHasData), codes.FailedPrecondition},
+		{"path in use", fmt.Errorf("publish: %w", errPathInUse), codes.AlreadyExists},
+		{"not at path", fmt.Errorf("stats: %w", errVolumeNotAtPath), codes.NotFound},
+		{"device missing", fmt.Errorf("stage: %w", errDeviceNotFound), codes.Internal},
+		{"anything else", errors.New("boom"), codes.Internal},
+	}
+	for _, tc := range cases {
+		if got := codeFor(tc.err); got != tc.want {
+			t.Errorf("%s: codeFor = %s, want %s", tc.name, got, tc.want)
+		}
+		if tc.err != nil && status.Code(rpcError(tc.err)) != tc.want {
+			t.Errorf("%s: rpcError code = %s, want %s", tc.name, status.Code(rpcError(tc.err)), tc.want)
+		}
+	}
+	if rpcError(nil) != nil {
+		t.Error("rpcError(nil) must be nil")
+	}
+}

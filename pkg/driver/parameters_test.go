@@ -1,0 +1,93 @@
+package driver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+)
+
+func TestParseVolumeParams(t *testing.T) {
+	cases := []struct {
+		name    string
+		params  map[string]string
+		mutable map[string]string
+		check   func(t *testing.T, p volumeParams)
+		errKey  string
+	}{
+		{name: "empty", check: func(t *testing.T, p volumeParams) {
+			if p.disk.VolumeType != "" || p.fsType != "" || len(p.format) != 0 {
+				t.Errorf("params = %+v", p)
+			}
+		}},
+		{name: "everything", params: map[string]string{
+			"type": "io2", "IOPS": "4000", "encrypted": "true", "kmsKeyId": "arn:k",
+			"tagSpecification_1": "team=storage", "tagSpecification_2": "env = prod ",
+			"csi.storage.k8s.io/fstype": "XFS", "blockSize": "4096", "inodeSize": "512",
+			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db", "csi.storage.k8s.io/pv/name": "pvc-1",
+		}, check: func(t *testing.T, p volumeParams) {
+			d := p.disk
+			if d.VolumeType != "io2" || d.IOPS != 4000 || !d.Encrypted || d.KMSKeyID != "arn:k" || d.PVCName != "data" ||
+				d.PVCNamespace != "db" || d.PVName != "pvc-1" || d.Tags["team"] != "storage" || d.Tags["env"] != "prod" {
+				t.Errorf("disk options = %+v", d)
+			}
+			if p.fsType != "xfs" || p.format[ContextBlockSize] != "4096" || p.format[ContextInodeSize] != "512" {
+				t.Errorf("fs = %q, format = %v", p.fsType, p.format)
+			}
+		}},
+		{name: "iopsPerGB", params: map[string]string{"type": "io1", "iopsPerGB": "50"}, check: func(t *testing.T, p volumeParams) {
+			if p.iopsPerGB != 50 {
+				t.Errorf("iopsPerGB = %d", p.iopsPerGB)
+			}
+		}},
+		{name: "mutable overrides class", params: map[string]string{"type": "gp2"}, mutable: map[string]string{"type": "gp3", "iops": "5000", "throughput": "300"},
+			check: func(t *testing.T, p volumeParams) {
+				if p.disk.VolumeType != "gp3" || p.disk.IOPS != 5000 || p.disk.Throughput != 300 {
+					t.Errorf("disk = %+v", p.disk)
+				}
+			}},
+		{name: "unknown key", params: map[string]string{"tpye": "gp3"}, errKey: "tpye"},
+		{name: "bad iops", params: map[string]string{"iops": "-1"}, errKey: "iops"},
+		{name: "iops and iopsPerGB", params: map[string]string{"iops": "100", "iopsPerGB": "10"}, errKey: "iopspergb"},
+		{name: "bad bool", params: map[string]string{"encrypted": "yes please"}, errKey: "encrypted"},
+		{name: "kms without encryption", params: map[string]string{"kmsKeyId": "k"}, errKey: "kmskeyid"},
+		{name: "unsupported fs", params: map[string]string{"csi.storage.k8s.io/fstype": "btrfs"}, errKey: "btrfs"},
+		{name: "block size not a power of two", params: map[string]string{"blockSize": "3000"}, errKey: "blockSize"},
+		{name: "ext4-only option on xfs", params: map[string]string{"csi.storage.k8s.io/fstype": "xfs", "numberOfInodes": "100"}, errKey: "numberOfInodes"},
+		{name: "bad tag", params: map[string]string{"tagSpecification_1": "novalue"}, errKey: "tagSpecification_1"},
+		{name: "unknown mutable key", mutable: map[string]string{"size": "10"}, errKey: "size"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := parseVolumeParams(tc.params, tc.mutable)
+			if tc.errKey != "" {
+				if !errors.Is(err, errInvalidParameter) || !strings.Contains(err.Error(), tc.errKey) {
+					t.Fatalf("err = %v, want an invalid parameter naming %q", err, tc.errKey)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, p)
+		})
+	}
+}
+
+func TestParseSnapshotParams(t *testing.T) {
+	o, err := parseSnapshotParams(map[string]string{"tagSpecification_1": "a=b", ParamSnapshotName: "snap", ParamSnapshotNamespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "b", "kubernetes.io/created-for/volumesnapshot/name": "snap", "kubernetes.io/created-for/volumesnapshot/namespace": "ns"}
+	for k, v := range want {
+		if o.Tags[k] != v {
+			t.Errorf("tag %s = %q, want %q (all: %v)", k, o.Tags[k], v, o.Tags)
+		}
+	}
+	if _, err := parseSnapshotParams(map[string]string{"type": "x"}); !errors.Is(err, errInvalidParameter) {
+		t.Errorf("unknown snapshot parameter: %v", err)
+	}
+	var _ cloud.SnapshotOptions = o
+}
