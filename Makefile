@@ -44,3 +44,20 @@ deps:
 
 clean:
 	rm -rf $(BIN)
+
+# Container images of the driver and fakecloud (needs a Docker engine). The deploy manifests and the kind
+# script use diskforge/driver:dev and diskforge/fakecloud:dev; push elsewhere with IMAGE_REPO/IMAGE_TAG.
+DOCKER     ?= docker
+IMAGE_REPO ?= diskforge
+IMAGE_TAG  ?= dev
+
+.PHONY: image manifests
+
+image:
+	$(DOCKER) build -f Dockerfile.driver --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO)/driver:$(IMAGE_TAG) .
+	$(DOCKER) build -f Dockerfile.fakecloud -t $(IMAGE_REPO)/fakecloud:$(IMAGE_TAG) .
+
+# Renders deploy/kustomize (base and every overlay) into _output/manifests and checks it offline; bash -n and
+# shellcheck of the kind script (test/e2e/kind/run.sh).
+manifests:
+	bash deploy/check-manifests.sh _output/manifests

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -24,11 +23,16 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
 // Overlay is the kustomize overlay the local cluster deploys: the one that points the driver at fakecloud.
 const Overlay = "deploy/kustomize/overlays/kind"
+
+// checkedOnly are the other renders the harness sends to the API server as a server-side dry run.
+var checkedOnly = []string{"deploy/kustomize/base", "deploy/kustomize/overlays/provider"}
 
 // workload is a Deployment's or DaemonSet's pod template as the harness runs it: each container as a local
 // process with the template's flags, environment and service account.
@@ -37,11 +41,16 @@ type workload struct {
 	containers                            []corev1.Container
 }
 
-// renderManifests runs kubectl kustomize on the overlay and decodes every object.
-func (c *Cluster) renderManifests() ([]*unstructured.Unstructured, error) {
-	out, err := exec.Command("kubectl", "kustomize", filepath.Join(c.opts.RepoRoot, Overlay)).Output()
+// renderManifests builds the overlay with kustomize (the library kubectl kustomize runs) and decodes every
+// object.
+func (c *Cluster) renderManifests(dir string) ([]*unstructured.Unstructured, error) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(c.opts.RepoRoot, dir))
 	if err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %w", Overlay, err)
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		return nil, err
 	}
 	return decodeYAML(out)
 }
@@ -103,7 +112,7 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 		}
 	}
 	mapper.Reset()
-	objs, err := c.renderManifests()
+	objs, err := c.renderManifests(Overlay)
 	if err != nil {
 		return err
 	}
@@ -129,6 +138,18 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 		}
 	}
 	c.logf("applied %d objects of %s (all passed server-side dry run); %d workloads run locally", len(objs), Overlay, len(c.workloads))
+	for _, dir := range checkedOnly {
+		objs, err := c.renderManifests(dir)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := apply(ctx, dyn, mapper, o, true); err != nil {
+				return fmt.Errorf("server-side dry run refused %s %s of %s: %w", o.GetKind(), o.GetName(), dir, err)
+			}
+		}
+		c.logf("%d objects of %s passed server-side dry run", len(objs), dir)
+	}
 	return nil
 }
 
