@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Builds the pinned binaries the e2e harness runs as local processes into
+# .cache/e2e-bin/ (git-ignored), from the separate tools modules under tools/:
+#
+#   tools/kube      kube-apiserver kube-controller-manager kube-scheduler kubelet
+#                   (k8s.io/kubernetes) and fakecri (k8s.io/cri-client/pkg/fake)
+#   tools/etcd      etcd (go.etcd.io/etcd/server/v3)
+#   tools/sidecars  csi-provisioner csi-attacher csi-resizer csi-snapshotter
+#                   snapshot-controller, plus the snapshot CRDs in crds/
+#
+# Versions are pinned only in each module's go.mod/go.sum; the version strings
+# stamped into the binaries are read from there. A module is rebuilt only when
+# its stamp changes: sha256 over go.mod, go.sum, its own .go files, the build
+# command line, `go version` and the relevant `go env`. Rebuilds reuse the Go
+# build cache, so only the link step reruns after a flag-only change.
+#
+# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars ...]   (default: all)
+# Env:   E2E_BIN_DIR  output dir (default <repo>/.cache/e2e-bin)
+#        E2E_FORCE=1  rebuild even if the stamp matches
+#        E2E_NICE     nice level for the go commands (default 10)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${E2E_BIN_DIR:-${ROOT}/.cache/e2e-bin}
+FORCE=${E2E_FORCE:-0}
+NICE=(nice -n "${E2E_NICE:-10}")
+ALL_MODULES=(kube etcd sidecars)
+
+log() { printf '[build-e2e-tools] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# now prints seconds since the epoch with millisecond precision.
+now() { date +%s.%3N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
+
+# mod_version <module dir> <module path> prints the version of <module path>
+# selected in the module at <module dir>.
+mod_version() {
+  local v
+  v=$(cd "$1" && go list -m -f '{{.Version}}' "$2") || die "cannot resolve $2 in $1"
+  [[ -n ${v} ]] || die "$2 has no version in $1/go.mod"
+  printf '%s\n' "${v}"
+}
+
+# Per-module build plan, filled in by plan_<module>:
+#   DIR        module directory
+#   BINS       binaries that must exist in ${OUT}
+#   EXTRA      other files that must exist in ${OUT}
+#   BUILD      go build invocations, one per element, arguments separated by
+#              ASCII unit separators (\x1f) so flags may contain spaces
+#   POST       optional function run after a successful build
+DIR='' POST=''
+BINS=() EXTRA=() BUILD=()
+
+US=$'\x1f'
+join_args() { local IFS=${US}; printf '%s' "$*"; }
+
+plan_kube() {
+  DIR=${ROOT}/tools/kube
+  local v major minor ld pkg
+  v=$(mod_version "${DIR}" k8s.io/kubernetes)
+  [[ ${v} =~ ^v([0-9]+)\.([0-9]+)\. ]] || die "unexpected k8s.io/kubernetes version ${v}"
+  major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
+  # The same variables hack/lib/version.sh sets in a k/k release build, so
+  # that --version and /version report the real release instead of
+  # v0.0.0-master+$Format:%H$.
+  ld=''
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ld+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+  done
+  BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet fakecri)
+  BUILD=("$(join_args -ldflags="${ld# }" -o "${OUT}/" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubelet \
+    ./cmd/fakecri)")
+  EXTRA=() POST=''
+}
+
+plan_etcd() {
+  DIR=${ROOT}/tools/etcd
+  # etcd's version is a constant in go.etcd.io/etcd/api/v3/version; built
+  # separately because "go build -o dir/" would name it after ".../server".
+  BINS=(etcd)
+  BUILD=("$(join_args -o "${OUT}/etcd" go.etcd.io/etcd/server/v3)")
+  EXTRA=() POST=''
+}
+
+plan_sidecars() {
+  DIR=${ROOT}/tools/sidecars
+  local -a args=()
+  local mod cmd
+  # Each sidecar reports main.version (set by its own release tooling from the
+  # git tag); the per-package -ldflags patterns give each one its own tag.
+  BINS=()
+  for mod in \
+    github.com/kubernetes-csi/external-provisioner/v6:csi-provisioner \
+    github.com/kubernetes-csi/external-attacher/v4:csi-attacher \
+    github.com/kubernetes-csi/external-resizer/v2:csi-resizer \
+    github.com/kubernetes-csi/external-snapshotter/v8:csi-snapshotter \
+    github.com/kubernetes-csi/external-snapshotter/v8:snapshot-controller; do
+    cmd=${mod##*:} mod=${mod%:*}
+    args+=("-ldflags=${mod}/cmd/${cmd}=-X main.version=$(mod_version "${DIR}" "${mod}")")
+    BINS+=("${cmd}")
+  done
+  args+=(-o "${OUT}/")
+  for cmd in "${BINS[@]}"; do
+    case ${cmd} in
+      csi-provisioner) args+=(github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner) ;;
+      csi-attacher) args+=(github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher) ;;
+      csi-resizer) args+=(github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer) ;;
+      *) args+=("github.com/kubernetes-csi/external-snapshotter/v8/cmd/${cmd}") ;;
+    esac
+  done
+  BUILD=("$(join_args "${args[@]}")")
+  EXTRA=(crds/snapshot.storage.k8s.io_volumesnapshots.yaml crds/snapshot.storage.k8s.io_volumesnapshotcontents.yaml crds/snapshot.storage.k8s.io_volumesnapshotclasses.yaml)
+  POST=copy_snapshot_crds
+}
+
+# copy_snapshot_crds copies the VolumeSnapshot and VolumeGroupSnapshot CRDs of
+# the pinned external-snapshotter client module into ${OUT}/crds/.
+copy_snapshot_crds() {
+  local mod=github.com/kubernetes-csi/external-snapshotter/client/v8 src
+  src=$(cd "${DIR}" && go mod download "${mod}" && go list -m -f '{{.Dir}}' "${mod}")/config/crd
+  [[ -d ${src} ]] || die "snapshot CRDs not found in ${src}"
+  rm -rf "${OUT}/crds"
+  mkdir -p "${OUT}/crds"
+  # kustomization.yaml is not a Kubernetes object; only the CRDs are copied.
+  cp "${src}"/*.storage.k8s.io_*.yaml "${OUT}/crds/"
+  chmod u+w "${OUT}"/crds/*.yaml
+  printf '%s\n' "${src}" >"${OUT}/crds/SOURCE"
+  log "sidecars: copied $(find "${OUT}/crds" -name '*.yaml' | wc -l) CRDs from ${src}"
+}
+
+# stamp prints the sha256 identifying the current plan's inputs.
+stamp() {
+  local b
+  {
+    printf 'module %s\n' "${DIR#"${ROOT}"/}"
+    cat "${DIR}/go.mod" "${DIR}/go.sum"
+    # The module's own sources (tools.go, fakecri): sorted for stability.
+    find "${DIR}" -name '*.go' -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s|${DIR}/||"
+    for b in "${BUILD[@]}"; do printf 'go build %s\n' "${b//${US}/ }"; done
+    printf 'outputs %s\n' "${BINS[*]}" "${EXTRA[*]}"
+    go version
+    go env GOOS GOARCH GOAMD64 CGO_ENABLED GOEXPERIMENT GOFLAGS CC
+  } | sha256sum | cut -d' ' -f1
+}
+
+build_module() {
+  local name=$1 t0 want have b missing=0 step
+  local -a args
+  t0=$(now)
+  "plan_${name}"
+  [[ -f ${DIR}/go.mod ]] || die "${DIR}/go.mod not found"
+  mkdir -p "${OUT}"
+
+  want=$(stamp)
+  have=$(cat "${OUT}/${name}.stamp" 2>/dev/null || true)
+  for b in "${BINS[@]}" "${EXTRA[@]}"; do
+    [[ -e ${OUT}/${b} ]] || missing=1
+  done
+  if [[ ${FORCE} != 1 && ${missing} == 0 && ${want} == "${have}" ]]; then
+    log "${name}: up to date (${BINS[*]}) [$(elapsed "${t0}")]"
+    return
+  fi
+
+  rm -f "${OUT}/${name}.stamp"
+  log "${name}: downloading modules"
+  step=$(now)
+  (cd "${DIR}" && go mod download)
+  log "${name}: modules ready [$(elapsed "${step}")]"
+  for b in "${BUILD[@]}"; do
+    IFS=${US} read -r -a args <<<"${b}"
+    log "${name}: go build ${args[*]}"
+    step=$(now)
+    (cd "${DIR}" && "${NICE[@]}" go build -buildvcs=false "${args[@]}")
+    log "${name}: built [$(elapsed "${step}")]"
+  done
+  if [[ -n ${POST} ]]; then "${POST}"; fi
+  for b in "${BINS[@]}" "${EXTRA[@]}"; do
+    [[ -e ${OUT}/${b} ]] || die "${name}: ${OUT}/${b} missing after build"
+  done
+  printf '%s\n' "${want}" >"${OUT}/${name}.stamp"
+  log "${name}: done [$(elapsed "${t0}")]"
+}
+
+main() {
+  local m t0
+  local -a modules=("$@")
+  command -v go >/dev/null || die "go not found in PATH"
+  [[ ${#modules[@]} -gt 0 ]] || modules=("${ALL_MODULES[@]}")
+  for m in "${modules[@]}"; do
+    [[ " ${ALL_MODULES[*]} " == *" ${m} "* ]] || die "unknown module ${m} (want one of: ${ALL_MODULES[*]})"
+  done
+  t0=$(now)
+  for m in "${modules[@]}"; do
+    build_module "${m}"
+  done
+  log "all done in $(elapsed "${t0}"); binaries in ${OUT}"
+}
+
+main "$@"
