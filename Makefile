@@ -5,7 +5,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build demo test test-go test-clients bench lint deps clean
+.PHONY: all build demo test test-go test-clients e2e e2e-tools bench lint deps clean
 
 all: build
 
@@ -21,7 +21,7 @@ demo:
 # Everything CI runs. Needs root, loop devices, e2fsprogs, xfsprogs and the AWS CLI (see `make deps`).
 test:
 	hack/deps.sh test
-	$(MAKE) lint test-go test-clients
+	$(MAKE) lint manifests test-go test-clients e2e
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
@@ -29,14 +29,22 @@ test-go:
 test-clients:
 	bash test/clients/run.sh
 
+# Real Kubernetes (v1.36.3 apiserver, controller manager, scheduler, three kubelets on a fake runtime, the CSI
+# sidecars) as local processes driving the driver; the binaries are built once into .cache/e2e-bin.
+e2e: build e2e-tools
+	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -tags e2e -count=1 -v -timeout 40m ./scenarios/
+
+e2e-tools:
+	hack/build-e2e-tools.sh
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
 
 lint:
-	@out=$$(gofmt -l cmd pkg internal test hack); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	shellcheck hack/*.sh test/clients/*.sh .ci/run
+	shellcheck hack/*.sh test/clients/*.sh test/e2e/kind/*.sh deploy/*.sh .ci/run
 
 # What a fresh Debian machine lacks for the tests (run as root); `make test` runs it itself.
 deps:

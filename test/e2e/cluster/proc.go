@@ -27,7 +27,15 @@ func (c *Cluster) start(name, bin string, args []string, env ...string) (*proc, 
 	if err != nil {
 		return nil, err
 	}
+	// Each process works in a directory of its own in the work dir: kubelet's log cleanup removes files
+	// relative to its working directory when the fake runtime reports no log path.
+	cwd := filepath.Join(c.info.WorkDir, "cwd", name)
+	if err := os.MkdirAll(cwd, 0o750); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = cwd
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -18,7 +18,7 @@
 #   KIND_VERSION       kind to install when none is on PATH (v0.33.0)
 #   FAKECLOUD_PORT     local port of the port-forward to fakecloud (18787)
 #   E2E_TIMEOUT        go test -timeout (60m)
-#   E2E_ARGS           more arguments for the scenarios' test binary (e.g. -test.run=Topology)
+#   E2E_ARGS           more arguments for the scenarios' test binary (e.g. -test.run=TestE2E/S6)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)

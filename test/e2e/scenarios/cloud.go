@@ -1,0 +1,175 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Tags the driver sets from the provisioner's and snapshotter's --extra-create-metadata.
+const (
+	tagPVCName           = "kubernetes.io/created-for/pvc/name"
+	tagPVCNamespace      = "kubernetes.io/created-for/pvc/namespace"
+	tagSnapshotNamespace = "kubernetes.io/created-for/volumesnapshot/namespace"
+)
+
+// cloudClient reads fakecloud: GET /admin/volumes, and DescribeSnapshots over the EC2 Query API (unsigned:
+// fakecloud verifies SigV4 only when started with access keys).
+type cloudClient struct {
+	base string
+	http *http.Client
+}
+
+func newCloudClient(base string) *cloudClient {
+	return &cloudClient{base: strings.TrimSuffix(base, "/"), http: &http.Client{Timeout: 15 * time.Second}}
+}
+
+// cloudVolume is one volume of GET /admin/volumes.
+type cloudVolume struct {
+	ID          string            `json:"id"`
+	Zone        string            `json:"zone"`
+	Type        string            `json:"type"`
+	SizeGiB     int32             `json:"sizeGiB"`
+	SnapshotID  string            `json:"snapshotId"`
+	State       string            `json:"state"`
+	Tags        []cloudTag        `json:"tags"`
+	Attachments []cloudAttachment `json:"attachments"`
+}
+
+type cloudTag struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+type cloudAttachment struct {
+	InstanceID string `json:"instanceId"`
+	Device     string `json:"device"`
+	State      string `json:"state"`
+	HostDevice string `json:"hostDevice"`
+}
+
+func (v cloudVolume) tag(key string) string {
+	for _, t := range v.Tags {
+		if t.Key == key {
+			return t.Value
+		}
+	}
+	return ""
+}
+
+func (v cloudVolume) String() string {
+	var atts []string
+	for _, a := range v.Attachments {
+		atts = append(atts, fmt.Sprintf("%s:%s:%s", a.InstanceID, a.State, a.HostDevice))
+	}
+	return fmt.Sprintf("%s zone=%s size=%dGiB state=%s snapshot=%s pvc=%s/%s attachments=%v", v.ID, v.Zone,
+		v.SizeGiB, v.State, v.SnapshotID, v.tag(tagPVCNamespace), v.tag(tagPVCName), atts)
+}
+
+func (c *cloudClient) volumes(ctx context.Context) ([]cloudVolume, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/admin/volumes", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /admin/volumes: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var vols []cloudVolume
+	if err := json.Unmarshal(body, &vols); err != nil {
+		return nil, fmt.Errorf("GET /admin/volumes: %w", err)
+	}
+	return vols, nil
+}
+
+func (c *cloudClient) volume(ctx context.Context, id string) (cloudVolume, bool, error) {
+	vols, err := c.volumes(ctx)
+	if err != nil {
+		return cloudVolume{}, false, err
+	}
+	for _, v := range vols {
+		if v.ID == id {
+			return v, true, nil
+		}
+	}
+	return cloudVolume{}, false, nil
+}
+
+// volumesOfNamespace are the volumes the provisioner created for PVCs of ns.
+func (c *cloudClient) volumesOfNamespace(ctx context.Context, ns string) ([]cloudVolume, error) {
+	vols, err := c.volumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []cloudVolume
+	for _, v := range vols {
+		if v.tag(tagPVCNamespace) == ns {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+type cloudSnapshot struct {
+	ID       string `xml:"snapshotId"`
+	VolumeID string `xml:"volumeId"`
+	Status   string `xml:"status"`
+}
+
+// snapshotsTagged lists the snapshots carrying tag key=value (DescribeSnapshots, all pages).
+func (c *cloudClient) snapshotsTagged(ctx context.Context, key, value string) ([]cloudSnapshot, error) {
+	var out []cloudSnapshot
+	token := ""
+	for {
+		form := url.Values{"Action": {"DescribeSnapshots"}, "Version": {"2016-11-15"}, "Owner.1": {"self"},
+			"Filter.1.Name": {"tag:" + key}, "Filter.1.Value.1": {value}}
+		if token != "" {
+			form.Set("NextToken", token)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/", strings.NewReader(form.Encode()))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("DescribeSnapshots: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		var page struct {
+			Snapshots []cloudSnapshot `xml:"snapshotSet>item"`
+			NextToken string          `xml:"nextToken"`
+		}
+		if err := xml.Unmarshal(body, &page); err != nil {
+			return nil, fmt.Errorf("DescribeSnapshots: %w", err)
+		}
+		out = append(out, page.Snapshots...)
+		if page.NextToken == "" {
+			return out, nil
+		}
+		token = page.NextToken
+	}
+}

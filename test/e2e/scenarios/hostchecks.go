@@ -1,0 +1,262 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/diskforge/diskforge/pkg/loopdev"
+)
+
+// Host checks look at this machine: the kubelets of the local cluster (or of a cluster whose kubelets run here,
+// with -host-checks) mount pods' volumes below their root directories, and fakecloud binds volume files to loop
+// devices. Pods run on a fake container runtime, so "the pod writes data" is the test writing into the pod's
+// volume mount on the host.
+
+// podVolumePath is where kubelet mounts a CSI filesystem volume for a pod.
+func podVolumePath(n node, podUID types.UID, pv string) string {
+	return filepath.Join(n.RootDir, "pods", string(podUID), "volumes", "kubernetes.io~csi", pv, "mount")
+}
+
+// blockPublishPath is the file kubelet asks the driver to publish a block volume of a pod at (NodePublishVolume's
+// target path): the driver bind-mounts the device onto it.
+func blockPublishPath(n node, pv string, podUID types.UID) string {
+	return filepath.Join(n.RootDir, "plugins", "kubernetes.io", "csi", "volumeDevices", "publish", pv, string(podUID))
+}
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	dev    string // major:minor
+	point  string
+	fsType string
+	source string
+}
+
+func (m mountEntry) String() string {
+	return fmt.Sprintf("%s (%s, %s on %s)", m.point, m.fsType, m.source, m.dev)
+}
+
+func readMounts() ([]mountEntry, error) {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	unescape := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace
+	var out []mountEntry
+	for _, line := range strings.Split(string(raw), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 2 {
+			continue
+		}
+		out = append(out, mountEntry{dev: f[2], point: unescape(f[4]), fsType: g[0], source: unescape(g[1])})
+	}
+	return out, nil
+}
+
+// mountAt returns the topmost mount at path.
+func mountAt(path string) (mountEntry, bool, error) {
+	ms, err := readMounts()
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	var found mountEntry
+	ok := false
+	for _, m := range ms {
+		if m.point == path {
+			found, ok = m, true
+		}
+	}
+	return found, ok, nil
+}
+
+// requireMount waits (kubelet has normally mounted before the pod runs) for a mount of fsType at path.
+func requireMount(t testing.TB, path, fsType string) mountEntry {
+	t.Helper()
+	var m mountEntry
+	waitFor(t, "mount at "+path, func(context.Context) (bool, string, error) {
+		var ok bool
+		var err error
+		m, ok, err = mountAt(path)
+		if err != nil || !ok {
+			return false, "not mounted", err
+		}
+		return true, fmt.Sprintf("%s from %s (%s)", m.fsType, m.source, m.dev), nil
+	})
+	if m.fsType != fsType {
+		t.Fatalf("%s is %s, want %s", path, m.fsType, fsType)
+	}
+	return m
+}
+
+// hostDeviceNumber is the major:minor of a loop device fakecloud reports as an attachment's host device.
+func hostDeviceNumber(dev string) (string, error) {
+	ma, mi, err := loopdev.Sysfs{}.DevNumbers(loopdev.Device{Name: filepath.Base(dev)})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", ma, mi), nil
+}
+
+// fsSize is the size of the filesystem mounted at path (statfs: blocks × block size).
+func fsSize(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Blocks) * st.Bsize, nil
+}
+
+// blockDeviceSize opens path, which must be a block device, and asks its size (BLKGETSIZE64).
+func blockDeviceSize(path string) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return 0, fmt.Errorf("%s is not a block device (mode %o)", path, st.Mode)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	size, err := unix.IoctlGetUint64(int(f.Fd()), unix.BLKGETSIZE64)
+	if err != nil {
+		return 0, fmt.Errorf("BLKGETSIZE64 %s: %w", path, err)
+	}
+	return int64(size), nil
+}
+
+// dataFile is what a scenario wrote into a volume, to be found again elsewhere.
+type dataFile struct {
+	rel  string
+	sum  [sha256.Size]byte
+	size int
+}
+
+// writeData writes a MiB of random data with a marker line into dir/e2e/data and makes it durable (file and
+// directory fsynced), so that a detach, a snapshot or a restore sees it.
+func writeData(t testing.TB, dir, marker string) dataFile {
+	t.Helper()
+	sub := filepath.Join(dir, "e2e")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatalf("write data: %v", err)
+	}
+	payload := make([]byte, 1<<20)
+	_, _ = rand.Read(payload)
+	content := append([]byte(marker+"\n"), payload...)
+	path := filepath.Join(sub, "data")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("write data: %v", err)
+	}
+	_, err = f.Write(content)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(sub)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		t.Fatalf("write data into %s: %v", path, err)
+	}
+	t.Logf("wrote %d bytes to %s", len(content), path)
+	return dataFile{rel: "e2e/data", sum: sha256.Sum256(content), size: len(content)}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// verify checks that dir holds the data file, byte for byte.
+func (d dataFile) verify(t testing.TB, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, d.rel)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the data written earlier is missing: %v", err)
+	}
+	if sum := sha256.Sum256(got); len(got) != d.size || !bytes.Equal(sum[:], d.sum[:]) {
+		t.Fatalf("%s: %d bytes, sha256 %x; want %d bytes, sha256 %x", path, len(got), sum, d.size, d.sum)
+	}
+	t.Logf("%s holds the data written earlier (%d bytes, sha256 %x…)", path, len(got), d.sum[:6])
+}
+
+// under reports whether path is dir or below it.
+func under(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// leftoverMounts are mounts of pods' volumes and of the CSI plugin (staging, block publish) below the scope
+// directories that keep matches; the kubelet root directories' own mounts, if the harness keeps any, do not count.
+func leftoverMounts(scope []string, keep func(string) bool) ([]mountEntry, error) {
+	ms, err := readMounts()
+	if err != nil {
+		return nil, err
+	}
+	var out []mountEntry
+	for _, m := range ms {
+		for _, dir := range scope {
+			if under(m.point, dir) && (strings.Contains(m.point, "/pods/") ||
+				strings.Contains(m.point, "/plugins/kubernetes.io/csi/")) && keep(m.point) {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// leftoverLoops are bound loop devices whose backing file lies below one of dirs and that keep matches: fakecloud's
+// volume files, and kubelet's own loop devices on published block volumes.
+func leftoverLoops(dirs []string, keep func(string) bool) ([]loopdev.Device, error) {
+	devs, err := loopdev.Sysfs{}.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []loopdev.Device
+	for _, d := range devs {
+		for _, dir := range dirs {
+			if dir != "" && under(d.Backing, dir) && keep(d.Backing) {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// realPath resolves symlinks so that paths compare with what mountinfo and sysfs report; a path that cannot be
+// resolved is returned as it is.
+func realPath(p string) string {
+	if p == "" {
+		return p
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}

@@ -1,0 +1,133 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+const (
+	driverName = "disk.csi.diskforge.io"
+	// zoneLabel is the well-known zone label; the driver also reports topology.diskforge.io/zone.
+	zoneLabel       = "topology.kubernetes.io/zone"
+	driverZoneLabel = "topology.diskforge.io/zone"
+	hostnameLabel   = "kubernetes.io/hostname"
+	// runLabel marks every object a run creates (value: the run's namespace).
+	runLabel = "e2e.diskforge.io/run"
+
+	// The run's classes. Cluster-scoped: a run replaces leftovers of an earlier one and deletes them at its end.
+	classXFS       = "e2e-xfs"
+	classExt4      = "e2e-ext4"
+	classZoneA     = "e2e-zone-a"
+	classSnapshots = "e2e-snap"
+
+	podImage = "registry.k8s.io/pause:3.10"
+)
+
+const gib = int64(1) << 30
+
+var (
+	snapshotGroup   = "snapshot.storage.k8s.io"
+	volumeSnapshots = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
+	snapshotClasses = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotclasses"}
+	snapshotContent = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+// storageClass is a WaitForFirstConsumer class of the driver with reclaim policy Delete and expansion allowed,
+// for fsType; zones, if any, become allowedTopologies on the well-known zone label.
+func storageClass(name, runID, fsType string, zones ...string) *storagev1.StorageClass {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	expand := true
+	sc := &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
+		Provisioner:          driverName,
+		Parameters:           map[string]string{"type": "gp3", "csi.storage.k8s.io/fstype": fsType},
+		ReclaimPolicy:        &reclaim,
+		VolumeBindingMode:    &wffc,
+		AllowVolumeExpansion: &expand,
+	}
+	if len(zones) > 0 {
+		sc.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+			{Key: zoneLabel, Values: zones},
+		}}}
+	}
+	return sc
+}
+
+// pvc claims size of class, ReadWriteOnce; block selects volumeMode Block; snapshot, if set, is the data source.
+func pvc(name, runID, class string, size int64, block bool, snapshot string) *corev1.PersistentVolumeClaim {
+	mode := corev1.PersistentVolumeFilesystem
+	if block {
+		mode = corev1.PersistentVolumeBlock
+	}
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			VolumeMode:       &mode,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
+			}},
+		},
+	}
+	if snapshot != "" {
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &snapshotGroup, Kind: "VolumeSnapshot",
+			Name: snapshot}
+	}
+	return c
+}
+
+// pod runs one (fake) container using claim, mounted at /data or, for block, as the device /dev/xvdz. It is
+// pinned with a nodeSelector on the node's hostname label, not nodeName: WaitForFirstConsumer needs the
+// scheduler to choose the node, so that the provisioner learns it.
+func pod(name, runID, hostname, claim string, block bool) *corev1.Pod {
+	grace := int64(1)
+	c := corev1.Container{Name: "app", Image: podImage}
+	if block {
+		c.VolumeDevices = []corev1.VolumeDevice{{Name: "vol", DevicePath: "/dev/xvdz"}}
+	} else {
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: "/data"}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{hostnameLabel: hostname},
+			Containers:                    []corev1.Container{c},
+			TerminationGracePeriodSeconds: &grace,
+			Volumes: []corev1.Volume{{Name: "vol", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}}},
+		},
+	}
+}
+
+// volumeSnapshotClass is the driver's snapshot class, deletion policy Delete.
+func volumeSnapshotClass(name, runID string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion":     snapshotGroup + "/v1",
+		"kind":           "VolumeSnapshotClass",
+		"metadata":       map[string]any{"name": name, "labels": map[string]any{runLabel: runID}},
+		"driver":         driverName,
+		"deletionPolicy": "Delete",
+	}}
+}
+
+// volumeSnapshot snapshots claim with class.
+func volumeSnapshot(name, runID, class, claim string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": snapshotGroup + "/v1",
+		"kind":       "VolumeSnapshot",
+		"metadata":   map[string]any{"name": name, "labels": map[string]any{runLabel: runID}},
+		"spec": map[string]any{
+			"volumeSnapshotClassName": class,
+			"source":                  map[string]any{"persistentVolumeClaimName": claim},
+		},
+	}}
+}

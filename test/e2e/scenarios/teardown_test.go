@@ -1,0 +1,159 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// scenarioTeardown deletes the run's pods, snapshots and claims and checks that nothing stays behind: no PV and no
+// VolumeAttachment of the run (on the local cluster: of the driver), no cloud volume or snapshot made for the
+// namespace, and on the host no mount below pods/ or plugins/kubernetes.io/csi/ and no loop device on a volume file
+// or on a kubelet path. Then the namespace goes.
+func scenarioTeardown(t *testing.T, r *run) {
+	pods := r.cs.CoreV1().Pods(r.ns)
+	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("delete pods: %v", err)
+	}
+	waitFor(t, "pods gone", func(ctx context.Context) (bool, string, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, p := range list.Items {
+			left = append(left, p.Name+": "+podStatus(&p))
+		}
+		return len(left) == 0, fmt.Sprint(left), nil
+	})
+
+	snaps := r.dyn.Resource(volumeSnapshots).Namespace(r.ns)
+	if r.noSnapshots == "" {
+		if err := snaps.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatalf("delete VolumeSnapshots: %v", err)
+		}
+	}
+	waitFor(t, "VolumeSnapshots and their contents gone", func(ctx context.Context) (bool, string, error) {
+		if r.noSnapshots != "" {
+			return true, "snapshots not served", nil
+		}
+		list, err := snaps.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, vs := range list.Items {
+			left = append(left, vs.GetName())
+		}
+		contents, err := r.dyn.Resource(snapshotContent).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		for _, c := range contents.Items {
+			if ns, _, _ := unstructured.NestedString(c.Object, "spec", "volumeSnapshotRef", "namespace"); ns == r.ns {
+				left = append(left, "content "+c.GetName())
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left), nil
+	})
+
+	claims := r.cs.CoreV1().PersistentVolumeClaims(r.ns)
+	if err := claims.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("delete PVCs: %v", err)
+	}
+	waitFor(t, "PVCs gone", func(ctx context.Context) (bool, string, error) {
+		list, err := claims.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, c := range list.Items {
+			left = append(left, c.Name)
+		}
+		return len(left) == 0, fmt.Sprint(left), nil
+	})
+	waitFor(t, "PVs gone", func(ctx context.Context) (bool, string, error) {
+		pvs, err := r.runPVs(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, pv := range pvs {
+			left = append(left, fmt.Sprintf("%s (%s)", pv.Name, pv.Status.Phase))
+		}
+		return len(left) == 0, fmt.Sprint(left), nil
+	})
+	waitFor(t, "VolumeAttachments gone", func(ctx context.Context) (bool, string, error) {
+		vas, err := r.runAttachments(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, va := range vas {
+			left = append(left, vaStatus(&va))
+		}
+		return len(left) == 0, fmt.Sprint(left), nil
+	})
+
+	if r.cloud != nil {
+		waitFor(t, "cloud volumes gone", func(ctx context.Context) (bool, string, error) {
+			vols, err := r.cloud.volumes(ctx)
+			if err != nil {
+				return false, "", err
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			var left []string
+			for _, v := range vols {
+				if env.local || v.tag(tagPVCNamespace) == r.ns || r.volumes[v.ID] {
+					left = append(left, v.String())
+				}
+			}
+			return len(left) == 0, fmt.Sprint(left), nil
+		})
+		waitFor(t, "cloud snapshots gone", func(ctx context.Context) (bool, string, error) {
+			snaps, err := r.cloud.snapshotsTagged(ctx, tagSnapshotNamespace, r.ns)
+			if err != nil {
+				return false, "", err
+			}
+			return len(snaps) == 0, fmt.Sprint(snaps), nil
+		})
+	}
+
+	if r.host {
+		waitFor(t, "no mount of the run left", func(context.Context) (bool, string, error) {
+			ms, err := leftoverMounts(env.scope, r.ours)
+			return len(ms) == 0, fmt.Sprint(ms), err
+		})
+		dirs := append([]string{env.cloudVolumesDir}, env.scope...)
+		waitFor(t, "no loop device of the run left", func(context.Context) (bool, string, error) {
+			loops, err := leftoverLoops(dirs, r.ours)
+			var left []string
+			for _, l := range loops {
+				left = append(left, l.Name+" -> "+l.Backing)
+			}
+			return len(left) == 0, fmt.Sprint(left), err
+		})
+	}
+
+	if err := r.cs.CoreV1().Namespaces().Delete(t.Context(), r.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete namespace %s: %v", r.ns, err)
+	}
+	waitFor(t, "namespace "+r.ns+" gone", func(ctx context.Context) (bool, string, error) {
+		ns, err := r.cs.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "deleted", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, fmt.Sprintf("phase %s, conditions %v", ns.Status.Phase, ns.Status.Conditions), nil
+	})
+	r.tornDown = true
+}
