@@ -26,7 +26,7 @@ import (
 )
 
 // modeEnv selects the variant a child process runs. Ginkgo allows one suite run per process, so TestSanity
-// runs each variant in a child process of this test binary.
+// runs each variant in a child process of this test binary, which runs TestSanity again with modeEnv set.
 const modeEnv = "DISKFORGE_SANITY_MODE"
 
 // variants are the sanity runs: a filesystem for each supported type, and raw block.
@@ -38,15 +38,16 @@ const nodeLimit = 6
 var summary = regexp.MustCompile(`Ran (\d+) of (\d+) Specs.*\n.*?(\d+) Passed \| (\d+) Failed \| (\d+) Pending \| (\d+) Skipped`)
 
 func TestSanity(t *testing.T) {
-	if os.Getenv(modeEnv) != "" {
-		t.Skip("running as a sanity child")
+	if v := os.Getenv(modeEnv); v != "" {
+		runVariant(t, v)
+		return
 	}
 	testutil.SkipUnless(t, blockdev.Available(), "csi-sanity runs on real loop devices: needs root and /dev/loop-control")
 	testutil.RequireTools(t, "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs", "blkid")
 	for _, v := range variants {
 		t.Run(v, func(t *testing.T) {
 			start := time.Now()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestSanityVariant$", "-test.v", "-test.timeout=15m", "-ginkgo.no-color")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.v", "-test.timeout=15m", "-ginkgo.no-color")
 			cmd.Env = append(os.Environ(), modeEnv+"="+v)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -80,12 +81,8 @@ func tail(s string, lines int) string {
 	return b.String()
 }
 
-// TestSanityVariant is one sanity run; it only runs as TestSanity's child.
-func TestSanityVariant(t *testing.T) {
-	variant := os.Getenv(modeEnv)
-	if variant == "" {
-		t.Skip("runs as a child of TestSanity")
-	}
+// runVariant is one sanity run, in a child process of TestSanity.
+func runVariant(t *testing.T, variant string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
