@@ -327,7 +327,8 @@ func (s *State) nextWake(now time.Time) time.Duration {
 	for k := range s.pending {
 		due, held := s.dueOf(k)
 		d := due.Sub(now)
-		if held || d < stuckPoll && d <= 0 {
+		// Held, or due yet unsettled (a busy device, a backend call to retry): look again soon.
+		if held || d <= 0 {
 			d = stuckPoll
 		}
 		wait = min(wait, max(d, time.Millisecond))
