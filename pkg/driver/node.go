@@ -130,8 +130,8 @@ var (
 	errVolumeNotAtPath = errors.New("volume not found at path")
 )
 
-// checkVolumeCapability validates one capability the way the controller does and returns the filesystem
-// ("" for block).
+// checkVolumeCapability validates one capability the way the controller does and returns the filesystem it
+// names ("" when it names none, and for block).
 func checkVolumeCapability(c *csi.VolumeCapability) (fsType string, block bool, err error) {
 	if c == nil {
 		return "", false, status.Error(codes.InvalidArgument, "volume capability is required")
@@ -140,11 +140,21 @@ func checkVolumeCapability(c *csi.VolumeCapability) (fsType string, block bool, 
 	if err != nil {
 		return "", false, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if needs.block {
-		return "", true, nil
+	return needs.fsType, needs.block, nil
+}
+
+// stageFilesystem is the filesystem a volume is formatted with: the capability's, else the one CreateVolume
+// recorded in the volume context from the StorageClass, else the default.
+func stageFilesystem(capability string, volumeContext map[string]string) (string, error) {
+	fs := capability
+	if fs == "" {
+		fs = volumeContext[ParamFSType]
 	}
-	if needs.fsType == "" {
-		return DefaultFS, false, nil
+	switch fs {
+	case "":
+		return DefaultFS, nil
+	case FSExt4, FSXFS:
+		return fs, nil
 	}
-	return needs.fsType, false, nil
+	return "", status.Errorf(codes.InvalidArgument, "volume context names filesystem %q (ext4, xfs)", fs)
 }

@@ -31,6 +31,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	var formatOpts []string
 	if !block {
+		if fsType, err = stageFilesystem(fsType, req.GetVolumeContext()); err != nil {
+			return nil, err
+		}
 		if formatOpts, err = mkfsOptions(fsType, req.GetVolumeContext()); err != nil {
 			return nil, rpcError(err)
 		}
@@ -54,13 +57,13 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	mountFlags := req.GetVolumeCapability().GetMount().GetMountFlags()
-	if err := n.stageFilesystem(ctx, volumeID, dev, staging, fsType, formatOpts, mountFlags); err != nil {
+	if err := n.formatAndMount(ctx, volumeID, dev, staging, fsType, formatOpts, mountFlags); err != nil {
 		return nil, rpcError(err)
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-func (n *NodeServer) stageFilesystem(ctx context.Context, volumeID, dev, staging, fsType string, formatOpts, mountFlags []string) error {
+func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging, fsType string, formatOpts, mountFlags []string) error {
 	rdev, _, err := blockDevice(dev)
 	if err != nil {
 		return err

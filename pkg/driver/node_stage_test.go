@@ -13,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/diskforge/diskforge/internal/testutil"
 )
@@ -296,4 +297,38 @@ func readHead(t *testing.T, dev string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestNodeFilesystemFromVolumeContext: a capability that names no filesystem takes the one CreateVolume
+// recorded from the StorageClass, as csi-sanity and statically provisioned volumes send it.
+func TestNodeFilesystemFromVolumeContext(t *testing.T) {
+	t.Parallel()
+	e := newNodeEnv(t, NodeOptions{})
+	id, dev := e.volume(xfsSize, nil)
+	staging := e.path("staging")
+	e.mustStage(id, staging, mountCap("", rwo), map[string]string{ParamFSType: FSXFS})
+	if got := strings.TrimSpace(run(t, "blkid", "-p", "-o", "value", "-s", "TYPE", dev)); got != FSXFS {
+		t.Errorf("device formatted %q, want xfs from the volume context", got)
+	}
+	e.mustUnstage(id, staging)
+}
+
+func TestStageFilesystem(t *testing.T) {
+	cases := []struct {
+		capability string
+		volCtx     map[string]string
+		want       string
+		code       codes.Code
+	}{
+		{"", nil, DefaultFS, codes.OK},
+		{"xfs", map[string]string{ParamFSType: "ext4"}, "xfs", codes.OK},
+		{"", map[string]string{ParamFSType: "xfs"}, "xfs", codes.OK},
+		{"", map[string]string{ParamFSType: "btrfs"}, "", codes.InvalidArgument},
+	}
+	for _, tc := range cases {
+		got, err := stageFilesystem(tc.capability, tc.volCtx)
+		if got != tc.want || status.Code(err) != tc.code {
+			t.Errorf("stageFilesystem(%q, %v) = %q, %v; want %q, %s", tc.capability, tc.volCtx, got, err, tc.want, tc.code)
+		}
+	}
 }
