@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-	"k8s.io/mount-utils"
 )
 
-// procMountInfo lists this process's mounts with their device numbers, which /proc/mounts lacks: a bind mount
-// of a device node and a mount from a node in a scratch /dev are only comparable by device number.
-const procMountInfo = "/proc/self/mountinfo"
+// Mounts are read from /proc/self/mountinfo (moby/sys/mountinfo parses and unescapes it): unlike /proc/mounts
+// it has device numbers, and a bind mount of a device node and a mount from a node in a scratch /dev are only
+// comparable by device number.
 
 // sysDevBlock maps "major:minor" to the kernel's block devices.
 const sysDevBlock = "/sys/dev/block"
@@ -26,53 +26,33 @@ const maxUnmounts = 8
 
 // mountAt returns the topmost mount on path (symlinks resolved, as the kernel lists it). A missing path is
 // fs.ErrNotExist.
-func mountAt(path string) (mount.MountInfo, bool, error) {
+func mountAt(path string) (*mountinfo.Info, bool, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return mount.MountInfo{}, false, err
+		return nil, false, err
 	}
-	infos, err := mount.ParseMountInfo(procMountInfo)
-	if err != nil {
-		return mount.MountInfo{}, false, err
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(real))
+	if err != nil || len(infos) == 0 {
+		return nil, false, err
 	}
-	var top mount.MountInfo
-	found := false
 	// Later lines are mounted on top of earlier ones.
-	for _, mi := range infos {
-		if unescapeMountPath(mi.MountPoint) == real {
-			top, found = mi, true
-		}
-	}
-	return top, found, nil
+	return infos[len(infos)-1], true, nil
 }
 
 // mountsOfDevice lists the mount points of the filesystem on device number dev.
-func mountsOfDevice(dev uint64) ([]mount.MountInfo, error) {
-	infos, err := mount.ParseMountInfo(procMountInfo)
-	if err != nil {
-		return nil, err
-	}
-	var out []mount.MountInfo
-	for _, mi := range infos {
-		if mountDev(mi) == dev {
-			out = append(out, mi)
-		}
-	}
-	return out, nil
+func mountsOfDevice(dev uint64) ([]*mountinfo.Info, error) {
+	return mountinfo.GetMounts(func(mi *mountinfo.Info) (skip, stop bool) { return mountDev(mi) != dev, false })
 }
 
 // deviceBindMounts lists paths where the device node with number rdev (named base) is bind-mounted.
 func deviceBindMounts(rdev uint64, base string) ([]string, error) {
-	infos, err := mount.ParseMountInfo(procMountInfo)
+	infos, err := mountinfo.GetMounts(func(mi *mountinfo.Info) (skip, stop bool) { return filepath.Base(mi.Root) != base, false })
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, mi := range infos {
-		if filepath.Base(unescapeMountPath(mi.Root)) != base {
-			continue
-		}
-		p := unescapeMountPath(mi.MountPoint)
+		p := mi.Mountpoint
 		if r, isBlock, err := blockDevice(p); err == nil && isBlock && r == rdev {
 			out = append(out, p)
 		}
@@ -80,27 +60,10 @@ func deviceBindMounts(rdev uint64, base string) ([]string, error) {
 	return out, nil
 }
 
-func mountDev(mi mount.MountInfo) uint64 { return unix.Mkdev(uint32(mi.Major), uint32(mi.Minor)) }
+func mountDev(mi *mountinfo.Info) uint64 { return unix.Mkdev(uint32(mi.Major), uint32(mi.Minor)) }
 
-func readOnlyMount(mi mount.MountInfo) bool { return slices.Contains(mi.MountOptions, "ro") }
-
-// unescapeMountPath undoes the octal escapes (\040 for a space) of mountinfo paths.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+func readOnlyMount(mi *mountinfo.Info) bool {
+	return slices.Contains(strings.Split(mi.Options, ","), "ro")
 }
 
 // unmountAll unmounts path until nothing is mounted on it; a missing path is fine.

@@ -13,11 +13,11 @@ import (
 	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -81,13 +81,13 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		return nil, rpcError(err)
 	}
 	var capacity int64
-	switch mi.FsType {
+	switch mi.FSType {
 	case FSExt4:
 		capacity, err = n.growExt4Online(ctx, dev, path)
 	case FSXFS:
 		capacity, err = n.growXFS(ctx, dev, path)
 	default:
-		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", mi.FsType, path)
+		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", mi.FSType, path)
 	}
 	if err != nil {
 		return nil, rpcError(err)
@@ -98,15 +98,15 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 
 // mountSource finds the device node of a mount: its source when that is the device, else the kernel's name for
 // the device number under DevDir.
-func (n *NodeServer) mountSource(mi mount.MountInfo) (string, error) {
+func (n *NodeServer) mountSource(mi *mountinfo.Info) (string, error) {
 	want := mountDev(mi)
-	src := unescapeMountPath(mi.Source)
+	src := mi.Source
 	if rdev, isBlock, err := blockDevice(src); err == nil && isBlock && rdev == want {
 		return src, nil
 	}
 	uevent, err := os.ReadFile(filepath.Join(sysDevBlock, fmt.Sprintf("%d:%d", mi.Major, mi.Minor), "uevent"))
 	if err != nil {
-		return "", fmt.Errorf("device %d:%d mounted at %s: %w", mi.Major, mi.Minor, mi.MountPoint, err)
+		return "", fmt.Errorf("device %d:%d mounted at %s: %w", mi.Major, mi.Minor, mi.Mountpoint, err)
 	}
 	for line := range strings.Lines(string(uevent)) {
 		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok {
@@ -116,7 +116,7 @@ func (n *NodeServer) mountSource(mi mount.MountInfo) (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("no device node for %d:%d mounted at %s", mi.Major, mi.Minor, mi.MountPoint)
+	return "", fmt.Errorf("no device node for %d:%d mounted at %s", mi.Major, mi.Minor, mi.Mountpoint)
 }
 
 // growExt4Offline grows an unmounted ext4 to its device: e2fsck first, as resize2fs requires.

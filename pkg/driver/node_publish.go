@@ -74,7 +74,7 @@ func (n *NodeServer) publishMount(p publication, mountFlags []string) error {
 			return err
 		}
 		for _, mi := range mounts {
-			if mp := unescapeMountPath(mi.MountPoint); mp != unescapeMountPath(smi.MountPoint) && !samePath(mp, p.target) {
+			if mp := mi.Mountpoint; mp != smi.Mountpoint && !samePath(mp, p.target) {
 				return status.Errorf(codes.FailedPrecondition, "volume %s is SINGLE_NODE_SINGLE_WRITER and already published at %s", p.volumeID, mp)
 			}
 		}

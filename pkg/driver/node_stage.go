@@ -73,9 +73,9 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		return fmt.Errorf("inspect staging path %s: %w", staging, err)
 	}
 	if mounted {
-		if mountDev(mi) != rdev || mi.FsType != fsType {
+		if mountDev(mi) != rdev || mi.FSType != fsType {
 			return fmt.Errorf("%w: staging path %s is mounted from %s (%d:%d, %s), not from volume %s's device %s (%s)",
-				errPathInUse, staging, mi.Source, mi.Major, mi.Minor, mi.FsType, volumeID, dev, fsType)
+				errPathInUse, staging, mi.Source, mi.Major, mi.Minor, mi.FSType, volumeID, dev, fsType)
 		}
 		klog.V(4).InfoS("Volume already staged", "volume", volumeID, "device", dev, "stagingPath", staging)
 		// A stage that crashed after mounting had not grown the filesystem yet.

@@ -39,8 +39,8 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 				e.mustStage(id, staging, vc, nil)
 			}
 			mi, mounted, err := mountAt(staging)
-			if err != nil || !mounted || mi.FsType != tc.fs {
-				t.Fatalf("staging path: mounted %v, fs %q, err %v", mounted, mi.FsType, err)
+			if err != nil || !mounted || mi.FSType != tc.fs {
+				t.Fatalf("staging path: mounted %v, fs %q, err %v", mounted, mi.FSType, err)
 			}
 			if rdev, _, _ := blockDevice(dev); mountDev(mi) != rdev {
 				t.Fatalf("staging path is mounted from %d:%d, not %s", mi.Major, mi.Minor, dev)
@@ -184,8 +184,8 @@ func TestNodePublishReadOnly(t *testing.T) {
 		t.Fatalf("read-only publication reads %q", got)
 	}
 	mi, _, err := mountAt(rw)
-	if err != nil || !strings.Contains(strings.Join(mi.MountOptions, ","), "noatime") {
-		t.Errorf("mount flags not applied to the publication: %v, %v", mi.MountOptions, err)
+	if err != nil || !strings.Contains(mi.Options, "noatime") {
+		t.Errorf("mount flags not applied to the publication: %v, %v", mi.Options, err)
 	}
 	wantCode(t, e.publish(id, staging, ro, vc, false), codes.AlreadyExists, "republish read-only target read-write")
 	e.mustUnpublish(id, ro)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
 
@@ -276,19 +279,34 @@ func TestNodeErrorCodes(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountPath(t *testing.T) {
-	for in, want := range map[string]string{
-		`/a/b`:           "/a/b",
-		`/a\040b`:        "/a b",
-		`/a\011b\012c`:   "/a\tb\nc",
-		`/a\134b`:        `/a\b`,
-		`/trailing\04`:   `/trailing\04`,
-		`/not\octal\999`: `/not\octal\999`,
-	} {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
+// TestMountAtEscapedPaths: mountinfo escapes spaces, tabs, newlines and backslashes in mount points; mountAt
+// must find mounts at such paths as the caller names them.
+func TestMountAtEscapedPaths(t *testing.T) {
+	testutil.SkipUnless(t, rootOnly(), "mounting needs root")
+	base := t.TempDir()
+	t.Cleanup(func() { testutil.UnmountUnder(t, base) })
+	for _, name := range []string{"a b", "a\tb\nc", `a\b`, "plain"} {
+		p := filepath.Join(base, name)
+		if err := os.MkdirAll(p, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(base, p, "", unix.MS_BIND, ""); err != nil {
+			t.Fatalf("bind mount on %q: %v", p, err)
+		}
+		if _, mounted, err := mountAt(p); err != nil || !mounted {
+			t.Errorf("mountAt(%q) = mounted %v, %v; want the bind mount", p, mounted, err)
 		}
 	}
+	if _, mounted, err := mountAt(base); err != nil || mounted {
+		t.Errorf("mountAt(%q) = mounted %v, %v; nothing is mounted there", base, mounted, err)
+	}
+}
+
+func rootOnly() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root")
+	}
+	return nil
 }
 
 func TestParseGeometry(t *testing.T) {

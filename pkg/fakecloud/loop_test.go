@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/diskforge/diskforge/internal/testutil"
@@ -56,13 +57,11 @@ func blockSize(t *testing.T, dev string) int64 {
 	return n
 }
 
-// unmountDevice unmounts whatever the test mounted from dev (found in /proc/self/mounts).
+// unmountDevice unmounts whatever the test mounted from dev.
 func unmountDevice(t *testing.T, dev string) {
-	raw, _ := os.ReadFile("/proc/self/mounts")
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == dev {
-			_ = unix.Unmount(f[1], 0)
-		}
+	mounts, _ := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return m.Source != dev, false })
+	for _, m := range mounts {
+		_ = unix.Unmount(m.Mountpoint, 0)
 	}
 }
 

@@ -190,3 +190,14 @@ func canonicalPath(path string) (string, error) {
 	}
 	return abs, nil // a missing file can still name a device whose file was deleted; compare as given
 }
+
+// BackedUnder returns the bound loop devices whose backing file lies below dir, live or not: what a run that
+// keeps its files in dir has bound.
+func (s Sysfs) BackedUnder(dir string) ([]Device, error) {
+	devs, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimSuffix(filepath.Clean(dir), "/") + "/"
+	return slices.DeleteFunc(devs, func(d Device) bool { return !strings.HasPrefix(d.Backing, prefix) }), nil
+}

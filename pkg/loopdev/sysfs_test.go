@@ -2,6 +2,7 @@ package loopdev
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -308,5 +309,28 @@ func TestLiveAndPath(t *testing.T) {
 		if got := tc.d.Path(); got != "/dev/loop2" {
 			t.Errorf("Path = %q", got)
 		}
+	}
+}
+
+func TestBackedUnder(t *testing.T) {
+	s := fakeSysfs(t, map[string]fakeDev{
+		"loop0": {backing: "/run/a/volumes/vol-1.img"},
+		"loop1": {backing: "/run/a/volumes/vol-2.img (deleted)"},
+		"loop2": {backing: "/run/a/volumes/vol-3.img", autoclear: "1"},
+		"loop3": {backing: "/run/ab/vol-4.img"},
+		"loop4": {backing: "/srv/other.img"},
+		"loop5": {},
+	})
+	devs, err := s.BackedUnder("/run/a/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range devs {
+		names = append(names, d.Name)
+	}
+	// Deleted and released-on-close devices still hold the run's files; a sibling directory is not below it.
+	if got := fmt.Sprint(names); got != "[loop0 loop1 loop2]" {
+		t.Errorf("BackedUnder = %s, want [loop0 loop1 loop2]", got)
 	}
 }

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
+	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/diskforge/diskforge/pkg/loopdev"
+	"github.com/diskforge/diskforge/internal/hostclean"
 )
 
 const (
@@ -359,18 +359,13 @@ func blkid(dev string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// mountSource is the device mounted on path, from mountinfo.
+// mountSource is the device mounted on path.
 func mountSource(path string) string {
-	raw, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(raw), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if f := strings.Fields(pre); ok && len(f) > 4 && f[4] == path {
-			if g := strings.Fields(post); len(g) > 1 {
-				return g[1]
-			}
-		}
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	if err != nil || len(mounts) == 0 {
+		return "?"
 	}
-	return "?"
+	return mounts[len(mounts)-1].Source
 }
 
 // cleanup runs whatever happened: unmount what the demo mounted, stop the processes, release the loop devices
@@ -379,7 +374,9 @@ func (d *demo) cleanup() {
 	if d.conn != nil {
 		_ = d.conn.Close()
 	}
-	unmountUnder(d.dir)
+	if err := hostclean.UnmountUnder(d.dir); err != nil {
+		fmt.Fprintf(os.Stderr, "cleanup: %v\n", err)
+	}
 	for i := len(d.procs) - 1; i >= 0; i-- {
 		p := d.procs[i]
 		_ = p.Process.Signal(syscall.SIGTERM)
@@ -392,37 +389,10 @@ func (d *demo) cleanup() {
 			<-done
 		}
 	}
-	releaseLoops(filepath.Join(d.dataDir, "volumes"))
+	if err := hostclean.ReleaseLoopsUnder(d.dir); err != nil {
+		fmt.Fprintf(os.Stderr, "cleanup: %v\n", err)
+	}
 	if os.Getenv("DEMO_KEEP") == "" {
 		_ = os.RemoveAll(d.dir)
-	}
-}
-
-func unmountUnder(dir string) {
-	raw, _ := os.ReadFile("/proc/self/mountinfo")
-	var points []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		_ = unix.Unmount(points[i], unix.MNT_DETACH)
-	}
-}
-
-// releaseLoops detaches loop devices backed by files under dir, and no others.
-func releaseLoops(dir string) {
-	devs, err := loopdev.Sysfs{}.List()
-	if err != nil {
-		return
-	}
-	for _, dev := range devs {
-		if strings.HasPrefix(dev.Backing, dir+"/") {
-			if f, err := os.Open(dev.Path()); err == nil {
-				_ = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
-				_ = f.Close()
-			}
-		}
 	}
 }

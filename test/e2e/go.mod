@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/diskforge/diskforge v0.0.0
+	github.com/moby/sys/mountinfo v0.7.2
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.83.2
 	k8s.io/api v0.37.2

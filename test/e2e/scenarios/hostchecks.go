@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -48,19 +50,13 @@ func (m mountEntry) String() string {
 }
 
 func readMounts() ([]mountEntry, error) {
-	raw, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, err
 	}
-	unescape := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace
-	var out []mountEntry
-	for _, line := range strings.Split(string(raw), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 2 {
-			continue
-		}
-		out = append(out, mountEntry{dev: f[2], point: unescape(f[4]), fsType: g[0], source: unescape(g[1])})
+	out := make([]mountEntry, 0, len(infos))
+	for _, m := range infos {
+		out = append(out, mountEntry{dev: fmt.Sprintf("%d:%d", m.Major, m.Minor), point: m.Mountpoint, fsType: m.FSType, source: m.Source})
 	}
 	return out, nil
 }
@@ -233,16 +229,18 @@ func leftoverMounts(scope []string, keep func(string) bool) ([]mountEntry, error
 // leftoverLoops are bound loop devices whose backing file lies below one of dirs and that keep matches: fakecloud's
 // volume files, and kubelet's own loop devices on published block volumes.
 func leftoverLoops(dirs []string, keep func(string) bool) ([]loopdev.Device, error) {
-	devs, err := loopdev.Sysfs{}.List()
-	if err != nil {
-		return nil, err
-	}
 	var out []loopdev.Device
-	for _, d := range devs {
-		for _, dir := range dirs {
-			if dir != "" && under(d.Backing, dir) && keep(d.Backing) {
+	for _, dir := range dirs {
+		if dir == "" {
+			continue
+		}
+		devs, err := loopdev.Sysfs{}.BackedUnder(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range devs {
+			if keep(d.Backing) && !slices.ContainsFunc(out, func(o loopdev.Device) bool { return o.Name == d.Name }) {
 				out = append(out, d)
-				break
 			}
 		}
 	}
