@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -159,9 +158,9 @@ func deviceSize(path string) (int64, error) {
 		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	var size uint64
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); errno != 0 {
-		return 0, fmt.Errorf("BLKGETSIZE64 %s: %w", path, errno)
+	size, err := unix.IoctlGetUint64(fd, unix.BLKGETSIZE64)
+	if err != nil {
+		return 0, fmt.Errorf("BLKGETSIZE64 %s: %w", path, err)
 	}
 	return int64(size), nil
 }

@@ -119,6 +119,30 @@ func (n *NodeServer) mountSource(mi *mountinfo.Info) (string, error) {
 	return "", fmt.Errorf("no device node for %d:%d mounted at %s", mi.Major, mi.Minor, mi.Mountpoint)
 }
 
+// growToDevice grows a filesystem when its device is larger by a block or more, and returns the filesystem's
+// size: geometry reads block size and count, grow makes the filesystem newBlocks blocks long.
+func growToDevice(dev string, geometry func() (blockSize, blocks int64, err error), grow func(blockSize, newBlocks int64) error) (int64, error) {
+	devSize, err := deviceSize(dev)
+	if err != nil {
+		return 0, err
+	}
+	bs, blocks, err := geometry()
+	if err != nil {
+		return 0, err
+	}
+	if devSize-bs*blocks < bs {
+		return bs * blocks, nil
+	}
+	if err := grow(bs, devSize/bs); err != nil {
+		return 0, err
+	}
+	bs, blocks, err = geometry()
+	if err != nil {
+		return 0, err
+	}
+	return bs * blocks, nil
+}
+
 // growExt4Offline grows an unmounted ext4 to its device: e2fsck first, as resize2fs requires.
 func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint64) error {
 	if mounts, err := mountsOfDevice(rdev); err != nil || len(mounts) > 0 {
@@ -126,88 +150,54 @@ func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint6
 		klog.V(4).InfoS("Not growing ext4 offline: device is mounted", "device", dev, "err", err)
 		return nil
 	}
-	devSize, err := deviceSize(dev)
-	if err != nil {
-		return err
-	}
-	bs, blocks, err := n.ext4Geometry(ctx, dev)
-	if err != nil {
-		return err
-	}
-	if devSize-bs*blocks < bs {
-		return nil
-	}
-	klog.InfoS("Growing ext4 offline", "device", dev, "from", bs*blocks, "to", devSize)
-	if out, err := n.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
-		// 1 and 2: errors were corrected.
-		var ee utilexec.ExitError
-		if !errors.As(err, &ee) || ee.ExitStatus() > 2 {
-			return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
+	_, err := growToDevice(dev, func() (int64, int64, error) { return n.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
+		klog.InfoS("Growing ext4 offline", "device", dev, "to", bs*newBlocks)
+		if out, err := n.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
+			// 1 and 2: errors were corrected.
+			var ee utilexec.ExitError
+			if !errors.As(err, &ee) || ee.ExitStatus() > 2 {
+				return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
+			}
 		}
-	}
-	if out, err := n.mounter.Exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
-		return fmt.Errorf("resize2fs %s: %w: %s", dev, err, out)
-	}
-	return nil
+		if out, err := n.mounter.Exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
+			return fmt.Errorf("resize2fs %s: %w: %s", dev, err, out)
+		}
+		return nil
+	})
+	return err
 }
 
 // growExt4Online grows a mounted ext4 with EXT4_IOC_RESIZE_FS and returns its size. The ioctl is used rather
 // than resize2fs so that a refusal (EPERM without CAP_SYS_RESOURCE) comes back as an errno, at once.
 func (n *NodeServer) growExt4Online(ctx context.Context, dev, mountPoint string) (int64, error) {
-	devSize, err := deviceSize(dev)
-	if err != nil {
-		return 0, err
-	}
-	bs, blocks, err := n.ext4Geometry(ctx, dev)
-	if err != nil {
-		return 0, err
-	}
-	if devSize-bs*blocks < bs {
-		return bs * blocks, nil
-	}
-	fd, err := unix.Open(mountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: mountPoint, Err: err}
-	}
-	defer unix.Close(fd)
-	newBlocks := uint64(devSize / bs)
-	klog.InfoS("Growing ext4 online", "device", dev, "mountPoint", mountPoint, "from", bs*blocks, "to", int64(newBlocks)*bs)
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IOCResizeFS, uintptr(unsafe.Pointer(&newBlocks))); errno != 0 {
-		if errno == unix.EPERM {
-			return 0, fmt.Errorf("%w: growing ext4 on %s (%s) to %d bytes: %v; it grows when the volume is next staged (offline)",
-				errOnlineResizeRefused, mountPoint, dev, int64(newBlocks)*bs, errno)
+	return growToDevice(dev, func() (int64, int64, error) { return n.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
+		fd, err := unix.Open(mountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: mountPoint, Err: err}
 		}
-		return 0, fmt.Errorf("grow ext4 on %s (%s): %w", mountPoint, dev, errno)
-	}
-	bs, blocks, err = n.ext4Geometry(ctx, dev)
-	if err != nil {
-		return 0, err
-	}
-	return bs * blocks, nil
+		defer unix.Close(fd)
+		klog.InfoS("Growing ext4 online", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
+		arg := uint64(newBlocks)
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IOCResizeFS, uintptr(unsafe.Pointer(&arg))); errno != 0 {
+			if errno == unix.EPERM {
+				return fmt.Errorf("%w: growing ext4 on %s (%s) to %d bytes: %v; it grows when the volume is next staged (offline)",
+					errOnlineResizeRefused, mountPoint, dev, bs*newBlocks, errno)
+			}
+			return fmt.Errorf("grow ext4 on %s (%s): %w", mountPoint, dev, errno)
+		}
+		return nil
+	})
 }
 
 // growXFS grows a mounted XFS to its device when the device is larger, and returns the filesystem's size.
 func (n *NodeServer) growXFS(ctx context.Context, dev, mountPoint string) (int64, error) {
-	devSize, err := deviceSize(dev)
-	if err != nil {
-		return 0, err
-	}
-	bs, blocks, err := n.xfsGeometry(ctx, mountPoint)
-	if err != nil {
-		return 0, err
-	}
-	if devSize-bs*blocks < bs {
-		return bs * blocks, nil
-	}
-	klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "from", bs*blocks, "to", devSize)
-	if out, err := n.mounter.Exec.CommandContext(ctx, "xfs_growfs", "-d", mountPoint).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("xfs_growfs -d %s: %w: %s", mountPoint, err, out)
-	}
-	bs, blocks, err = n.xfsGeometry(ctx, mountPoint)
-	if err != nil {
-		return 0, err
-	}
-	return bs * blocks, nil
+	return growToDevice(dev, func() (int64, int64, error) { return n.xfsGeometry(ctx, mountPoint) }, func(bs, newBlocks int64) error {
+		klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
+		if out, err := n.mounter.Exec.CommandContext(ctx, "xfs_growfs", "-d", mountPoint).CombinedOutput(); err != nil {
+			return fmt.Errorf("xfs_growfs -d %s: %w: %s", mountPoint, err, out)
+		}
+		return nil
+	})
 }
 
 var (
