@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -134,11 +133,11 @@ func mkfsOptions(fsType string, volumeContext map[string]string) ([]string, erro
 		if !ok {
 			continue
 		}
-		n, err := positiveInt32(k, v)
+		checked, err := formatValue(k, k, v)
 		if err != nil {
 			return nil, err
 		}
-		values[k] = strconv.Itoa(int(n))
+		values[k] = checked
 	}
 	if err := checkFormatOptions(fsType, values); err != nil {
 		return nil, err

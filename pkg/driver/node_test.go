@@ -247,6 +247,7 @@ func TestMkfsOptions(t *testing.T) {
 		{"ext4", map[string]string{ContextBlockSize: "0"}, nil, true},
 		{"ext4", map[string]string{ContextInodeSize: "256 -F"}, nil, true},
 		{"ext4", map[string]string{ContextNumberOfInodes: "99999999999"}, nil, true},
+		{"ext4", map[string]string{ContextBlockSize: "3000"}, nil, true},
 	}
 	for _, tc := range tests {
 		got, err := mkfsOptions(tc.fs, tc.vctx)

@@ -132,15 +132,27 @@ var formatContextKeys = map[string]string{
 }
 
 func (p *volumeParams) setFormat(lower, key, value string) error {
-	n, err := positiveInt32(key, value)
+	ctxKey := formatContextKeys[lower]
+	v, err := formatValue(ctxKey, key, value)
 	if err != nil {
 		return err
 	}
-	if (lower == ParamBlockSize || lower == ParamInodeSize) && n&(n-1) != 0 {
-		return invalidParam("parameter %q must be a power of two, not %d", key, n)
-	}
-	p.format[formatContextKeys[lower]] = strconv.Itoa(int(n))
+	p.format[ctxKey] = v
 	return nil
+}
+
+// formatValue checks one format option (named key in errors) as mkfs takes it: a positive integer, a power of
+// two for block and inode sizes. The controller checks StorageClass values with it, the node the volume
+// context it is handed, which a statically provisioned volume may carry unchecked.
+func formatValue(ctxKey, key, value string) (string, error) {
+	n, err := positiveInt32(key, value)
+	if err != nil {
+		return "", err
+	}
+	if (ctxKey == ContextBlockSize || ctxKey == ContextInodeSize) && n&(n-1) != 0 {
+		return "", invalidParam("parameter %q must be a power of two, not %d", key, n)
+	}
+	return strconv.Itoa(int(n)), nil
 }
 
 // checkFormatOptions refuses options the chosen filesystem's mkfs has no equivalent for.
