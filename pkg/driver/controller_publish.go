@@ -27,16 +27,11 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	release, err := c.inFlight.hold(ctx, "volume", volumeID)
+	disk, release, err := c.holdDisk(ctx, volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
-	disk, err := c.existingDisk(ctx, volumeID)
-	if err != nil {
-		return nil, err
-	}
 	if _, err := c.cloud.GetInstance(ctx, nodeID); err != nil {
 		if errors.Is(err, cloud.ErrNotFound) || errors.Is(err, cloud.ErrInvalidArgument) {
 			return nil, status.Errorf(codes.NotFound, "node %q does not exist: %v", nodeID, err)

@@ -22,14 +22,11 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, err
 	}
-	release, err := c.inFlight.hold(ctx, "volume", id)
+	_, release, err := c.holdDisk(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if _, err := c.existingDisk(ctx, id); err != nil {
-		return nil, err
-	}
 	got, err := c.cloud.ResizeDisk(ctx, id, size)
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("grow volume %s to %d GiB: %w", id, size, err))
@@ -48,14 +45,11 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	release, err := c.inFlight.hold(ctx, "volume", id)
+	_, release, err := c.holdDisk(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if _, err := c.existingDisk(ctx, id); err != nil {
-		return nil, err
-	}
 	if _, err := c.cloud.ModifyDisk(ctx, id, opts); err != nil {
 		return nil, rpcError(fmt.Errorf("modify volume %s: %w", id, err))
 	}
