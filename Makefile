@@ -44,6 +44,9 @@ bench:
 lint:
 	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@# An environment skip goes through testutil.SkipUnless, which fails under CI instead of skipping silently.
+	@out=$$(grep -rnE '\b(t|b|tb)\.Skip(f|Now)?\(' --include='*.go' cmd pkg internal test/sanity test/demo | grep -v '^internal/testutil/'); \
+		if [ -n "$$out" ]; then echo "skip without testutil.SkipUnless:"; echo "$$out"; exit 1; fi
 	shellcheck hack/*.sh test/clients/*.sh test/e2e/kind/*.sh deploy/*.sh .ci/run
 
 # What a fresh Debian machine lacks for the tests (run as root); `make test` runs it itself.
