@@ -32,6 +32,8 @@ for item in "${need[@]}"; do
 		missing+=("$pkg")
 	fi
 done
+# go mod download reaches the module proxy over TLS.
+[[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 # test/clients runs boto3 with python3 from PATH; without one that has it, Debian's python3 with python3-boto3.
 if [[ "${1:-test}" == test ]] && ! python3 -c 'import boto3' >/dev/null 2>&1 &&
 	! /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; then
