@@ -53,6 +53,10 @@ func checkCapabilities(caps []*csi.VolumeCapability) (capabilityNeeds, error) {
 			return n, fmt.Errorf("volume capability needs an access type, block or mount")
 		}
 	}
+	if n.block && hasMount(caps) {
+		// One volume cannot be both a raw device and a filesystem: formatting it for the one breaks the other.
+		return n, fmt.Errorf("volume capabilities mix block and mount access: a volume is one or the other")
+	}
 	if n.multiNode && hasMount(caps) {
 		return n, fmt.Errorf("MULTI_NODE_MULTI_WRITER is supported for block volumes only: no filesystem is safe on two nodes at once")
 	}

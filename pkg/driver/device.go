@@ -21,6 +21,11 @@ type DeviceFinder interface {
 	// Find returns the path of the volume's device node, waiting for it to appear. A device that does not
 	// appear in time is errDeviceNotFound (wrapping the context's error when the caller's deadline ended it).
 	Find(ctx context.Context, volumeID string, publishContext map[string]string) (string, error)
+	// Lookup returns the device node of the volume when it is attached now, "" when it is not; it does not wait.
+	Lookup(volumeID string) (string, error)
+	// Owns reports whether the block device numbered rdev is, or was until a detach still in progress, the
+	// volume's device, by what the kernel says about it: a mount of it is the volume's mount.
+	Owns(volumeID string, rdev uint64) (bool, error)
 }
 
 // ebsNVMePrefix is the by-id link udev makes for an EBS volume on Nitro instances: the NVMe serial is the
@@ -74,6 +79,48 @@ func (f *deviceFinder) Find(ctx context.Context, volumeID string, publishContext
 	}
 }
 
+func (f *deviceFinder) Lookup(volumeID string) (string, error) {
+	if err := checkVolumeID(volumeID); err != nil {
+		return "", fmt.Errorf("%w: %v", errInvalidParameter, err)
+	}
+	return f.findOnce(volumeID)
+}
+
+func (f *deviceFinder) Owns(volumeID string, rdev uint64) (bool, error) {
+	name, err := kernelDeviceName(rdev)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // not a block device (a tmpfs, the root filesystem...) or one that is gone
+	}
+	if err != nil {
+		return false, err
+	}
+	if isLoopName(name) {
+		// Deleted and autoclear devices count: after a forced detach the mount is still the volume's to undo.
+		d, bound, err := f.sysfs.Read(name)
+		return err == nil && bound && filepath.Base(d.Backing) == volumeID+".img", err
+	}
+	return f.ebsSerialIs(name, volumeID)
+}
+
+// ebsSerialIs reports whether the kernel block device name (nvme1n1) has the volume's EBS serial.
+func (f *deviceFinder) ebsSerialIs(name, volumeID string) (bool, error) {
+	sysRoot := f.sysfs.Root
+	if sysRoot == "" {
+		sysRoot = loopdev.DefaultRoot
+	}
+	raw, err := os.ReadFile(filepath.Join(sysRoot, name, "device", "serial"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("serial of %s for volume %s: %w", name, volumeID, err)
+	}
+	return strings.TrimSpace(string(raw)) == ebsSerial(volumeID), nil
+}
+
+// ebsSerial is the NVMe serial of an EBS volume: its ID without the dash.
+func ebsSerial(volumeID string) string { return strings.ReplaceAll(volumeID, "-", "") }
+
 // findOnce returns the device node, or "" when none is there yet. Errors are ones waiting will not fix.
 func (f *deviceFinder) findOnce(volumeID string) (string, error) {
 	if dev, err := f.findLoop(volumeID); dev != "" || err != nil {
@@ -114,8 +161,7 @@ func (f *deviceFinder) findLoop(volumeID string) (string, error) {
 
 // findEBS follows the by-id link of an EBS volume and checks the NVMe serial of the device it points at.
 func (f *deviceFinder) findEBS(volumeID string) (string, error) {
-	serial := strings.ReplaceAll(volumeID, "-", "")
-	link := filepath.Join(f.devDir, "disk", "by-id", ebsNVMePrefix+serial)
+	link := filepath.Join(f.devDir, "disk", "by-id", ebsNVMePrefix+ebsSerial(volumeID))
 	dev, err := filepath.EvalSymlinks(link)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -126,17 +172,13 @@ func (f *deviceFinder) findEBS(volumeID string) (string, error) {
 	if _, isBlock, err := blockDevice(dev); err != nil || !isBlock {
 		return "", err
 	}
-	sysRoot := f.sysfs.Root
-	if sysRoot == "" {
-		sysRoot = loopdev.DefaultRoot
-	}
-	raw, err := os.ReadFile(filepath.Join(sysRoot, filepath.Base(dev), "device", "serial"))
+	ok, err := f.ebsSerialIs(filepath.Base(dev), volumeID)
 	if err != nil {
-		return "", fmt.Errorf("verify %s for volume %s: %w", dev, volumeID, err)
+		return "", err
 	}
-	if got := strings.TrimSpace(string(raw)); got != serial {
+	if !ok {
 		// A stale link: udev has not caught up with a device that was reused. Wait for it to be fixed.
-		klog.InfoS("Device link names another volume, waiting", "link", link, "device", dev, "serial", got)
+		klog.InfoS("Device link names another volume, waiting", "link", link, "device", dev)
 		return "", nil
 	}
 	return dev, nil

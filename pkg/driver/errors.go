@@ -32,7 +32,8 @@ func codeFor(err error) codes.Code {
 	case errors.Is(err, cloud.ErrLimitExceeded):
 		return codes.ResourceExhausted
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
-		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged):
+		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged), errors.Is(err, errStagedAsFilesystem),
+		errors.Is(err, errForeignPath):
 		return codes.FailedPrecondition
 	case errors.Is(err, errPathInUse):
 		return codes.AlreadyExists

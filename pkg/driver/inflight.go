@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -61,9 +62,14 @@ func (f *inFlight) acquire(ctx context.Context, keys ...string) (release func(),
 
 // hold is acquire for an RPC on one resource: when it is held, the answer is Aborted, so the CO retries later.
 func (f *inFlight) hold(ctx context.Context, kind, id string) (release func(), err error) {
-	release, ok := f.acquire(ctx, kind+"/"+id)
+	return f.holdAll(ctx, fmt.Sprintf("%s %q", kind, id), kind+"/"+id)
+}
+
+// holdAll is hold for an RPC on several resources (a volume and its paths), what naming them for the error.
+func (f *inFlight) holdAll(ctx context.Context, what string, keys ...string) (release func(), err error) {
+	release, ok := f.acquire(ctx, keys...)
 	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on %s %q is already in progress", kind, id)
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is already in progress", what)
 	}
 	return release, nil
 }

@@ -66,32 +66,34 @@ func readOnlyMount(mi *mountinfo.Info) bool {
 	return slices.Contains(strings.Split(mi.Options, ","), "ro")
 }
 
-// unmountAll unmounts path until nothing is mounted on it; a missing path is fine.
-func (n *NodeServer) unmountAll(path string) error {
+// unmountVolume unmounts the volume's mounts from path, topmost first, until none is left; a missing or
+// unmounted path is fine. A mount of another device is errForeignPath and stays, with whatever is under it.
+// unmounted reports whether this call unmounted anything.
+func (n *NodeServer) unmountVolume(volumeID, path string) (unmounted bool, err error) {
 	for range maxUnmounts {
-		_, mounted, err := mountAt(path)
+		_, mounted, err := volumeMountAt(path, n.owns(volumeID))
 		if errors.Is(err, fs.ErrNotExist) || err == nil && !mounted {
-			return nil
+			return unmounted, nil
 		}
 		if err != nil {
-			return err
+			return unmounted, err
 		}
 		if err := n.mounter.Unmount(path); err != nil {
-			return fmt.Errorf("unmount %s: %w", path, err)
+			return unmounted, fmt.Errorf("unmount %s: %w", path, err)
 		}
+		unmounted = true
 	}
-	return fmt.Errorf("%s is still mounted after %d unmounts", path, maxUnmounts)
+	return unmounted, fmt.Errorf("%s is still mounted after %d unmounts", path, maxUnmounts)
 }
 
 // deviceProblem describes why the block device dev can no longer serve I/O, or returns "" when it can. reason
 // is CamelCase for VolumeHealth.
 func (n *NodeServer) deviceProblem(dev uint64) (reason, message string) {
 	id := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
-	link, err := os.Readlink(filepath.Join(sysDevBlock, id))
+	name, err := kernelDeviceName(dev)
 	if err != nil {
 		return "DeviceGone", fmt.Sprintf("block device %s is gone: %v", id, err)
 	}
-	name := filepath.Base(link)
 	if isLoopName(name) {
 		if d, bound, err := n.opts.Sysfs.Read(name); err == nil {
 			switch {

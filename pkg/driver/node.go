@@ -111,9 +111,41 @@ func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// lock holds volumeID for one operation; a concurrent duplicate is told to retry later.
-func (n *NodeServer) lock(ctx context.Context, volumeID string) (func(), error) {
-	return n.inFlight.hold(ctx, "volume", volumeID)
+// lock holds the volume and the paths of one operation; an operation on any of them already in progress makes
+// this one retry later. Holding paths too means two volumes can never race onto one path.
+func (n *NodeServer) lock(ctx context.Context, volumeID string, paths ...string) (func(), error) {
+	keys := []string{"volume/" + volumeID}
+	for _, p := range paths {
+		if p != "" {
+			keys = append(keys, "path/"+p)
+		}
+	}
+	return n.inFlight.holdAll(ctx, fmt.Sprintf("volume %s or its paths %q", volumeID, paths), keys...)
+}
+
+// volumeDevice is the volume's device as stage found it, when it is attached now (no waiting): its node and
+// number. A volume without one is not staged on this node; notHere is the error to answer with then.
+func (n *NodeServer) volumeDevice(volumeID string, notHere error) (dev string, rdev uint64, err error) {
+	dev, err = n.devices.Lookup(volumeID)
+	if err != nil {
+		return "", 0, err
+	}
+	if dev == "" {
+		return "", 0, fmt.Errorf("%w: volume %s has no device on this node", notHere, volumeID)
+	}
+	rdev, isBlock, err := blockDevice(dev)
+	if err != nil {
+		return "", 0, err
+	}
+	if !isBlock {
+		return "", 0, fmt.Errorf("%w: %s is not a block device", notHere, dev)
+	}
+	return dev, rdev, nil
+}
+
+// owns is the test for volumeMountAt: a device that is or was the volume's.
+func (n *NodeServer) owns(volumeID string) func(rdev uint64) (bool, error) {
+	return func(rdev uint64) (bool, error) { return n.devices.Owns(volumeID, rdev) }
 }
 
 // Node-side error conditions, returned wrapped by helpers and turned into codes by codeFor.
@@ -126,19 +158,24 @@ var (
 	errPathInUse = errors.New("path already in use")
 	// errNotStaged: publish found no staged filesystem at the staging path.
 	errNotStaged = errors.New("volume is not staged")
-	// errVolumeNotAtPath: the path exists but does not hold the volume (not mounted, not a device).
+	// errVolumeNotAtPath: the path does not hold the volume (missing, not mounted, another device's mount).
 	errVolumeNotAtPath = errors.New("volume not found at path")
+	// errStagedAsFilesystem: a block publish of a volume staged with a filesystem.
+	errStagedAsFilesystem = errors.New("volume is staged with a filesystem")
 )
 
-// checkVolumeCapability validates one capability the way the controller does and returns the filesystem it
-// names ("" when it names none, and for block).
-func checkVolumeCapability(c *csi.VolumeCapability) (fsType string, block bool, err error) {
+// checkVolumeCapability validates one capability the way the controller does, and its mount flags, and returns
+// the filesystem it names ("" when it names none, and for block).
+func checkVolumeCapability(c *csi.VolumeCapability, readOnly bool) (fsType string, block bool, err error) {
 	if c == nil {
 		return "", false, status.Error(codes.InvalidArgument, "volume capability is required")
 	}
 	needs, err := checkCapabilities([]*csi.VolumeCapability{c})
 	if err != nil {
 		return "", false, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := checkMountFlags(c.GetMount().GetMountFlags(), readOnly); err != nil {
+		return "", false, err
 	}
 	return needs.fsType, needs.block, nil
 }

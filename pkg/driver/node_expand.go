@@ -36,58 +36,43 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	}
 	blockCap := false
 	if c := req.GetVolumeCapability(); c != nil {
-		_, b, err := checkVolumeCapability(c)
+		_, b, err := checkVolumeCapability(c, false)
 		if err != nil {
 			return nil, err
 		}
 		blockCap = b
 	}
-	release, err := n.lock(ctx, volumeID)
+	if err := checkVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkVolumePath(volumeID, path); err != nil {
+		return nil, err
+	}
+	release, err := n.lock(ctx, volumeID, path)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 
-	_, isBlock, err := blockDevice(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", path)
-	}
+	at, err := n.volumeAtPath(volumeID, path, blockCap)
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if isBlock || blockCap {
-		dev := path
-		if !isBlock {
-			if dev, err = n.devices.Find(ctx, volumeID, nil); err != nil {
-				return nil, rpcError(err)
-			}
-		}
-		size, err := deviceSize(dev)
+	if at.mount == nil {
+		size, err := deviceSize(at.dev)
 		if err != nil {
 			return nil, rpcError(err)
 		}
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 	}
-
-	mi, mounted, err := mountAt(path)
-	if err != nil {
-		return nil, rpcError(err)
-	}
-	if !mounted {
-		return nil, status.Errorf(codes.NotFound, "volume %s is not mounted at %s", volumeID, path)
-	}
-	dev, err := n.mountSource(mi)
-	if err != nil {
-		return nil, rpcError(err)
-	}
 	var capacity int64
-	switch mi.FSType {
+	switch at.mount.FSType {
 	case FSExt4:
-		capacity, err = n.growExt4Online(ctx, dev, path)
+		capacity, err = n.growExt4Online(ctx, at.dev, path)
 	case FSXFS:
-		capacity, err = n.growXFS(ctx, dev, path)
+		capacity, err = n.growXFS(ctx, at.dev, path)
 	default:
-		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", mi.FSType, path)
+		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", at.mount.FSType, path)
 	}
 	if err != nil {
 		return nil, rpcError(err)
@@ -96,27 +81,60 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: capacity}, nil
 }
 
-// mountSource finds the device node of a mount: its source when that is the device, else the kernel's name for
-// the device number under DevDir.
-func (n *NodeServer) mountSource(mi *mountinfo.Info) (string, error) {
-	want := mountDev(mi)
-	src := mi.Source
-	if rdev, isBlock, err := blockDevice(src); err == nil && isBlock && rdev == want {
-		return src, nil
-	}
-	uevent, err := os.ReadFile(filepath.Join(sysDevBlock, fmt.Sprintf("%d:%d", mi.Major, mi.Minor), "uevent"))
+// volumeAt is where a volume was found at a path: its device, and the filesystem mount when the path is one.
+type volumeAt struct {
+	dev   string
+	mount *mountinfo.Info
+}
+
+// volumeAtPath finds the volume at a path a CO names as where it staged or published it (stats, expand): the
+// bind mount of its device node, a mount of its filesystem, or for a block capability its staging directory.
+// Whatever else is there is errVolumeNotAtPath, and is neither opened nor grown.
+func (n *NodeServer) volumeAtPath(volumeID, path string, blockCap bool) (volumeAt, error) {
+	dev, rdev, err := n.volumeDevice(volumeID, errVolumeNotAtPath)
 	if err != nil {
-		return "", fmt.Errorf("device %d:%d mounted at %s: %w", mi.Major, mi.Minor, mi.Mountpoint, err)
+		return volumeAt{}, err
+	}
+	mi, mounted, err := mountAt(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return volumeAt{}, fmt.Errorf("%w: volume path %s does not exist", errVolumeNotAtPath, path)
+	}
+	if err != nil {
+		return volumeAt{}, err
+	}
+	if !mounted {
+		// A block volume's staging directory holds no mount: the device is the volume.
+		if st, err := os.Lstat(path); blockCap && err == nil && st.IsDir() {
+			return volumeAt{dev: dev}, nil
+		}
+		return volumeAt{}, fmt.Errorf("%w: volume %s: nothing is mounted at %s", errVolumeNotAtPath, volumeID, path)
+	}
+	if got := mountedDevice(mi, path); got != rdev {
+		return volumeAt{}, fmt.Errorf("%w: %s is a mount of %s (%d:%d), not of volume %s", errVolumeNotAtPath, path, mi.Source,
+			unix.Major(got), unix.Minor(got), volumeID)
+	}
+	if _, isBlock, _ := blockDevice(path); isBlock {
+		return volumeAt{dev: dev}, nil
+	}
+	return volumeAt{dev: dev, mount: mi}, nil
+}
+
+// deviceNode finds a node for the block device numbered rdev under DevDir, by the kernel's name for it.
+func (n *NodeServer) deviceNode(rdev uint64) (string, error) {
+	id := fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))
+	uevent, err := os.ReadFile(filepath.Join(sysDevBlock, id, "uevent"))
+	if err != nil {
+		return "", fmt.Errorf("device %s: %w", id, err)
 	}
 	for line := range strings.Lines(string(uevent)) {
 		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok {
 			node := filepath.Join(n.opts.DevDir, name)
-			if rdev, isBlock, err := blockDevice(node); err == nil && isBlock && rdev == want {
+			if got, isBlock, err := blockDevice(node); err == nil && isBlock && got == rdev {
 				return node, nil
 			}
 		}
 	}
-	return "", fmt.Errorf("no device node for %d:%d mounted at %s", mi.Major, mi.Minor, mi.Mountpoint)
+	return "", fmt.Errorf("no device node for %s under %s", id, n.opts.DevDir)
 }
 
 // growToDevice grows a filesystem when its device is larger by a block or more, and returns the filesystem's

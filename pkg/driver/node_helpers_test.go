@@ -65,9 +65,9 @@ func newNodeEnv(t *testing.T, opts NodeOptions) *nodeEnv {
 // prepare, when set, runs on the backing file before the attach.
 func (e *nodeEnv) volume(size int64, prepare func(file string)) (id, dev string) {
 	e.t.Helper()
-	b := make([]byte, 8)
+	b := make([]byte, 9)
 	_, _ = rand.Read(b)
-	id = "vol-" + hex.EncodeToString(b)
+	id = "vol-" + hex.EncodeToString(b)[:17]
 	ctx := context.Background()
 	if err := e.backend.CreateVolume(ctx, id, size); err != nil {
 		e.t.Fatal(err)

@@ -5,18 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 )
 
 // NodePublishVolume bind-mounts the staged filesystem (or, for block volumes, the device node) onto the
-// target path, read-only when asked.
+// target path, read-only when asked. The staging path must be a mount of the volume's own device (for block:
+// the device must be there, not staged with a filesystem), and the target missing, an empty mount point, or
+// already the same publication.
 func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	volumeID, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
 	if volumeID == "" {
@@ -25,28 +26,41 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if target == "" {
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	_, block, err := checkVolumeCapability(req.GetVolumeCapability())
+	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
+	readOnly := req.GetReadonly() || mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY ||
+		mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	_, block, err := checkVolumeCapability(req.GetVolumeCapability(), readOnly)
 	if err != nil {
 		return nil, err
 	}
 	if staging == "" {
-		return nil, status.Error(codes.InvalidArgument, "staging target path is required: the driver stages volumes")
+		// The spec's code for a plugin with STAGE_UNSTAGE_VOLUME called without a staging path.
+		return nil, status.Error(codes.FailedPrecondition, "staging target path is required: the driver stages volumes")
 	}
-	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
-	readOnly := req.GetReadonly() || mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY ||
-		mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	if err := checkVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkPaths("target path", target, "staging target path", staging); err != nil {
+		return nil, err
+	}
+	if target == staging {
+		return nil, status.Errorf(codes.InvalidArgument, "target path and staging target path are both %s", target)
+	}
 	p := publication{volumeID: volumeID, target: target, staging: staging, readOnly: readOnly,
 		singleWriter: mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER}
 
-	release, err := n.lock(ctx, volumeID)
+	release, err := n.lock(ctx, volumeID, target, staging)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if block {
-		err = n.publishBlock(ctx, p, req.GetPublishContext())
-	} else {
-		err = n.publishMount(p, req.GetVolumeCapability().GetMount().GetMountFlags())
+	_, rdev, err := n.volumeDevice(volumeID, errNotStaged)
+	if err == nil {
+		if block {
+			err = n.publishBlock(p, rdev)
+		} else {
+			err = n.publishMount(p, rdev, req.GetVolumeCapability().GetMount().GetMountFlags())
+		}
 	}
 	if err != nil {
 		return nil, rpcError(err)
@@ -59,17 +73,16 @@ type publication struct {
 	readOnly, singleWriter    bool
 }
 
-func (n *NodeServer) publishMount(p publication, mountFlags []string) error {
+func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []string) error {
 	smi, staged, err := mountAt(p.staging)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if !staged {
-		return fmt.Errorf("%w: nothing is mounted at staging path %s", errNotStaged, p.staging)
+	if !staged || mountDev(smi) != rdev {
+		return fmt.Errorf("%w: staging path %s is not a mount of volume %s's device", errNotStaged, p.staging, p.volumeID)
 	}
-	dev := mountDev(smi)
 	if p.singleWriter {
-		mounts, err := mountsOfDevice(dev)
+		mounts, err := mountsOfDevice(rdev)
 		if err != nil {
 			return err
 		}
@@ -79,30 +92,28 @@ func (n *NodeServer) publishMount(p publication, mountFlags []string) error {
 			}
 		}
 	}
-	mi, mounted, err := mountAt(p.target)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if mounted {
-		if mountDev(mi) != dev || readOnlyMount(mi) != p.readOnly {
-			return fmt.Errorf("%w: target %s is mounted from %d:%d (read-only %v), not from the staged volume %s (read-only %v)",
-				errPathInUse, p.target, mi.Major, mi.Minor, readOnlyMount(mi), p.volumeID, p.readOnly)
-		}
-		klog.V(4).InfoS("Volume already published", "volume", p.volumeID, "target", p.target)
-		return nil
-	}
-	if err := os.MkdirAll(p.target, 0o750); err != nil {
+	if done, err := n.alreadyPublished(p, rdev, false); done || err != nil {
 		return err
 	}
 	return n.bindMount(p, p.staging, mountFlags)
 }
 
-func (n *NodeServer) publishBlock(ctx context.Context, p publication, publishContext map[string]string) error {
-	dev, err := n.devices.Find(ctx, p.volumeID, publishContext)
+func (n *NodeServer) publishBlock(p publication, rdev uint64) error {
+	smi, mounted, err := mountAt(p.staging)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: staging path %s does not exist", errNotStaged, p.staging)
+	}
 	if err != nil {
 		return err
 	}
-	rdev, _, err := blockDevice(dev)
+	if mounted && mountDev(smi) == rdev {
+		return fmt.Errorf("%w at %s: it cannot be published as a raw block device", errStagedAsFilesystem, p.staging)
+	}
+	if mounted {
+		// Block staging leaves an unmounted directory: a mount point there is not this volume's staging.
+		return fmt.Errorf("%w: staging path %s is a mount of %s, not volume %s's block staging", errNotStaged, p.staging, smi.Source, p.volumeID)
+	}
+	dev, err := n.devices.Lookup(p.volumeID)
 	if err != nil {
 		return err
 	}
@@ -117,31 +128,30 @@ func (n *NodeServer) publishBlock(ctx context.Context, p publication, publishCon
 			}
 		}
 	}
+	if done, err := n.alreadyPublished(p, rdev, true); done || err != nil {
+		return err
+	}
+	return n.bindMount(p, dev, nil)
+}
+
+// alreadyPublished checks the target: done when it already is this publication; otherwise it is made ready
+// for the bind mount (see prepareMountPoint). A target mounted from anything else, or holding data, is
+// errPathInUse and is left as it is.
+func (n *NodeServer) alreadyPublished(p publication, rdev uint64, block bool) (done bool, err error) {
 	mi, mounted, err := mountAt(p.target)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return false, err
 	}
 	if mounted {
-		got, isBlock, err := blockDevice(p.target)
-		if err != nil {
-			return err
+		got := mountedDevice(mi, p.target)
+		if got != rdev || readOnlyMount(mi) != p.readOnly {
+			return false, fmt.Errorf("%w: target %s is a mount of %s (%d:%d, read-only %v), not volume %s (read-only %v)",
+				errPathInUse, p.target, mi.Source, unix.Major(got), unix.Minor(got), readOnlyMount(mi), p.volumeID, p.readOnly)
 		}
-		if !isBlock || got != rdev || readOnlyMount(mi) != p.readOnly {
-			return fmt.Errorf("%w: target %s is a mount of something else than %s (read-only %v)", errPathInUse, p.target, dev, p.readOnly)
-		}
-		klog.V(4).InfoS("Block volume already published", "volume", p.volumeID, "target", p.target)
-		return nil
+		klog.V(4).InfoS("Volume already published", "volume", p.volumeID, "target", p.target)
+		return true, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(p.target), 0o750); err != nil {
-		return err
-	}
-	// The bind mount needs a file to cover; the CO only creates the parent directory.
-	f, err := os.OpenFile(p.target, os.O_CREATE|os.O_RDONLY, 0o640)
-	if err != nil {
-		return err
-	}
-	_ = f.Close()
-	return n.bindMount(p, dev, nil)
+	return false, prepareMountPoint(p.target, p.volumeID, block)
 }
 
 // bindMount binds source onto the target; mount-utils remounts the bind with "ro" and the flags, which a plain
@@ -159,7 +169,9 @@ func (n *NodeServer) bindMount(p publication, source string, mountFlags []string
 	return nil
 }
 
-// NodeUnpublishVolume unmounts and removes the target path; a target that is already gone is fine.
+// NodeUnpublishVolume unmounts the volume from the target path and removes the mount point publish would
+// have created. A mount of another device, or a path holding data, is left untouched (a foreign mount is
+// reported as FailedPrecondition); a target that is already gone is fine.
 func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	volumeID, target := req.GetVolumeId(), req.GetTargetPath()
 	if volumeID == "" {
@@ -168,13 +180,27 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if target == "" {
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	release, err := n.lock(ctx, volumeID)
+	if err := checkVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkPaths("target path", target); err != nil {
+		return nil, err
+	}
+	release, err := n.lock(ctx, volumeID, target)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := mount.CleanupMountPoint(target, n.mounter, true); err != nil {
-		return nil, rpcError(fmt.Errorf("clean up target %s: %w", target, err))
+	unmounted, err := n.unmountVolume(volumeID, target)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	removed, err := removeMountPoint(target, volumeID, unmounted)
+	if err != nil {
+		return nil, rpcError(fmt.Errorf("remove target %s: %w", target, err))
+	}
+	if !removed {
+		klog.InfoS("Target path left in place: not a mount point the driver created", "volume", volumeID, "target", target)
 	}
 	klog.V(4).InfoS("Volume unpublished", "volume", volumeID, "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -24,8 +23,14 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	fsType, block, err := checkVolumeCapability(req.GetVolumeCapability())
+	fsType, block, err := checkVolumeCapability(req.GetVolumeCapability(), false)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkPaths("staging target path", staging); err != nil {
 		return nil, err
 	}
 	var formatOpts []string
@@ -37,7 +42,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 			return nil, rpcError(err)
 		}
 	}
-	release, err := n.lock(ctx, volumeID)
+	release, err := n.lock(ctx, volumeID, staging)
 	if err != nil {
 		return nil, err
 	}
@@ -48,11 +53,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, rpcError(err)
 	}
 	if block {
-		// The CO creates the staging directory; making sure keeps later calls on it (health, expand) meaningful.
-		if err := os.MkdirAll(staging, 0o750); err != nil {
+		if err := n.stageBlock(volumeID, dev, staging); err != nil {
 			return nil, rpcError(err)
 		}
-		klog.V(4).InfoS("Block volume staged: nothing to mount", "volume", volumeID, "device", dev)
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	mountFlags := req.GetVolumeCapability().GetMount().GetMountFlags()
@@ -60,6 +63,21 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, rpcError(err)
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageBlock needs nothing beyond the device, but keeps the staging directory meaningful for later calls
+// (publish, health, expand): it must be an empty directory, and not hold a filesystem staging of the volume.
+func (n *NodeServer) stageBlock(volumeID, dev, staging string) error {
+	if _, mounted, err := mountAt(staging); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	} else if mounted {
+		return fmt.Errorf("%w: staging path %s is a mount point; volume %s is staged as a block device", errPathInUse, staging, volumeID)
+	}
+	if err := prepareMountPoint(staging, volumeID, false); err != nil {
+		return err
+	}
+	klog.V(4).InfoS("Block volume staged: nothing to mount", "volume", volumeID, "device", dev)
+	return nil
 }
 
 func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging, fsType string, formatOpts, mountFlags []string) error {
@@ -84,7 +102,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		}
 		return nil
 	}
-	if err := os.MkdirAll(staging, 0o750); err != nil {
+	if err := prepareMountPoint(staging, volumeID, false); err != nil {
 		return err
 	}
 
@@ -164,7 +182,8 @@ func mkfsOptions(fsType string, volumeContext map[string]string) ([]string, erro
 	return args, nil
 }
 
-// NodeUnstageVolume unmounts the staging path. The directory stays: the CO created it and removes it.
+// NodeUnstageVolume unmounts the volume's filesystem from the staging path, and only that: a mount of another
+// device there is left untouched and reported. The directory stays: the CO created it and removes it.
 func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if volumeID == "" {
@@ -173,12 +192,18 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	release, err := n.lock(ctx, volumeID)
+	if err := checkVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := checkPaths("staging target path", staging); err != nil {
+		return nil, err
+	}
+	release, err := n.lock(ctx, volumeID, staging)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := n.unmountAll(staging); err != nil {
+	if _, err := n.unmountVolume(volumeID, staging); err != nil {
 		return nil, rpcError(err)
 	}
 	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)

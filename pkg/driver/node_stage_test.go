@@ -32,8 +32,11 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 			id, dev := e.volume(tc.size, nil)
 			vc := mountCap(tc.fs, rwo)
 			staging, target := e.path("staging"), e.path("pods/pod1/target")
-			if err := os.MkdirAll(staging, 0o750); err != nil {
-				t.Fatal(err)
+			// As kubelet does: it makes the staging directory and the target's parent, the driver the target.
+			for _, d := range []string{staging, filepath.Dir(target)} {
+				if err := os.MkdirAll(d, 0o750); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for range 2 {
 				e.mustStage(id, staging, vc, nil)
@@ -204,6 +207,7 @@ func TestNodeSingleWriter(t *testing.T) {
 			vc = blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
 		}
 		staging, t1, t2 := e.path(id+"/staging"), e.path(id+"/t1"), e.path(id+"/t2")
+		must(t, os.MkdirAll(staging, 0o750))
 		e.mustStage(id, staging, vc, nil)
 		e.mustPublish(id, staging, t1, vc, false)
 		e.mustPublish(id, staging, t1, vc, false)
@@ -222,8 +226,8 @@ func TestNodeBlockVolume(t *testing.T) {
 	id, dev := e.volume(ext4Size, nil)
 	vc := blockCap(rwo)
 	staging, target := e.path("staging"), e.path("publish/pv/pod")
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{staging, filepath.Dir(target)} {
+		must(t, os.MkdirAll(d, 0o750))
 	}
 	for range 2 {
 		e.mustStage(id, staging, vc, nil)

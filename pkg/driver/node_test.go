@@ -25,6 +25,13 @@ func (f failingFinder) Find(context.Context, string, map[string]string) (string,
 	return "", errDeviceNotFound
 }
 
+// Lookup and Owns answer as for a volume that is not attached: publish and friends ask them legitimately.
+func (failingFinder) Lookup(string) (string, error)     { return "", nil }
+func (failingFinder) Owns(string, uint64) (bool, error) { return false, nil }
+
+// testVolumeID is well-formed and names no volume.
+const testVolumeID = "vol-0123456789abcdef0"
+
 func newTestNode(t *testing.T) *NodeServer {
 	t.Helper()
 	n, err := NewNodeServer(NodeOptions{InstanceID: "i-0abc", Zone: "us-east-1a", MaxVolumesPerNode: 25, Devices: failingFinder{t}})
@@ -116,40 +123,40 @@ func TestNodeValidation(t *testing.T) {
 		want codes.Code
 	}{
 		{"stage without volume ID", func() error { return stage("", staging, ext4, nil) }, codes.InvalidArgument},
-		{"stage without staging path", func() error { return stage("vol-1", "", ext4, nil) }, codes.InvalidArgument},
-		{"stage without capability", func() error { return stage("vol-1", staging, nil, nil) }, codes.InvalidArgument},
-		{"stage without access type", func() error { return stage("vol-1", staging, noType, nil) }, codes.InvalidArgument},
-		{"stage with btrfs", func() error { return stage("vol-1", staging, mountCap("btrfs", rwo), nil) }, codes.InvalidArgument},
+		{"stage without staging path", func() error { return stage(testVolumeID, "", ext4, nil) }, codes.InvalidArgument},
+		{"stage without capability", func() error { return stage(testVolumeID, staging, nil, nil) }, codes.InvalidArgument},
+		{"stage without access type", func() error { return stage(testVolumeID, staging, noType, nil) }, codes.InvalidArgument},
+		{"stage with btrfs", func() error { return stage(testVolumeID, staging, mountCap("btrfs", rwo), nil) }, codes.InvalidArgument},
 		{"stage with multi-node mount", func() error {
-			return stage("vol-1", staging, mountCap("ext4", csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), nil)
+			return stage(testVolumeID, staging, mountCap("ext4", csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), nil)
 		}, codes.InvalidArgument},
 		{"stage with a non-numeric block size", func() error {
-			return stage("vol-1", staging, ext4, map[string]string{ContextBlockSize: "4k"})
+			return stage(testVolumeID, staging, ext4, map[string]string{ContextBlockSize: "4k"})
 		}, codes.InvalidArgument},
 		{"stage with a flag as inode size", func() error {
-			return stage("vol-1", staging, ext4, map[string]string{ContextInodeSize: "-O"})
+			return stage(testVolumeID, staging, ext4, map[string]string{ContextInodeSize: "-O"})
 		}, codes.InvalidArgument},
 		{"stage xfs with bytes per inode", func() error {
-			return stage("vol-1", staging, mountCap("xfs", rwo), map[string]string{ContextBytesPerInode: "4096"})
+			return stage(testVolumeID, staging, mountCap("xfs", rwo), map[string]string{ContextBytesPerInode: "4096"})
 		}, codes.InvalidArgument},
 		{"stage xfs with number of inodes", func() error {
-			return stage("vol-1", staging, mountCap("xfs", rwo), map[string]string{ContextNumberOfInodes: "100"})
+			return stage(testVolumeID, staging, mountCap("xfs", rwo), map[string]string{ContextNumberOfInodes: "100"})
 		}, codes.InvalidArgument},
 		{"publish without volume ID", func() error { return publish("", staging, target, ext4) }, codes.InvalidArgument},
-		{"publish without target", func() error { return publish("vol-1", staging, "", ext4) }, codes.InvalidArgument},
-		{"publish without capability", func() error { return publish("vol-1", staging, target, nil) }, codes.InvalidArgument},
-		{"publish without staging path", func() error { return publish("vol-1", "", target, ext4) }, codes.InvalidArgument},
-		{"publish of an unstaged volume", func() error { return publish("vol-1", staging, target, ext4) }, codes.FailedPrecondition},
+		{"publish without target", func() error { return publish(testVolumeID, staging, "", ext4) }, codes.InvalidArgument},
+		{"publish without capability", func() error { return publish(testVolumeID, staging, target, nil) }, codes.InvalidArgument},
+		{"publish without staging path", func() error { return publish(testVolumeID, "", target, ext4) }, codes.FailedPrecondition},
+		{"publish of an unstaged volume", func() error { return publish(testVolumeID, staging, target, ext4) }, codes.FailedPrecondition},
 		{"unpublish without volume ID", func() error {
 			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{TargetPath: target})
 			return err
 		}, codes.InvalidArgument},
 		{"unpublish without target", func() error {
-			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1"})
+			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: testVolumeID})
 			return err
 		}, codes.InvalidArgument},
 		{"unpublish of a missing target", func() error {
-			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: filepath.Join(dir, "missing")})
+			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: testVolumeID, TargetPath: filepath.Join(dir, "missing")})
 			return err
 		}, codes.OK},
 		{"unstage without volume ID", func() error {
@@ -157,11 +164,11 @@ func TestNodeValidation(t *testing.T) {
 			return err
 		}, codes.InvalidArgument},
 		{"unstage without staging path", func() error {
-			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1"})
+			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: testVolumeID})
 			return err
 		}, codes.InvalidArgument},
 		{"unstage of a missing staging path", func() error {
-			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: filepath.Join(dir, "missing")})
+			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: testVolumeID, StagingTargetPath: filepath.Join(dir, "missing")})
 			return err
 		}, codes.OK},
 		{"stats without volume ID", func() error {
@@ -169,15 +176,15 @@ func TestNodeValidation(t *testing.T) {
 			return err
 		}, codes.InvalidArgument},
 		{"stats without path", func() error {
-			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1"})
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: testVolumeID})
 			return err
 		}, codes.InvalidArgument},
 		{"stats of a missing path", func() error {
-			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: "some/path"})
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: testVolumeID, VolumePath: "some/path"})
 			return err
 		}, codes.NotFound},
 		{"stats of a path that is not a mount", func() error {
-			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: dir})
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: testVolumeID, VolumePath: dir})
 			return err
 		}, codes.NotFound},
 		{"expand without volume ID", func() error {
@@ -185,15 +192,15 @@ func TestNodeValidation(t *testing.T) {
 			return err
 		}, codes.InvalidArgument},
 		{"expand without path", func() error {
-			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1"})
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: testVolumeID})
 			return err
 		}, codes.InvalidArgument},
 		{"expand of a missing path", func() error {
-			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: "some/path"})
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: testVolumeID, VolumePath: "some/path"})
 			return err
 		}, codes.NotFound},
 		{"expand of a path that is not a mount", func() error {
-			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: dir})
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: testVolumeID, VolumePath: dir})
 			return err
 		}, codes.NotFound},
 		{"health without volume ID", func() error {
@@ -212,21 +219,21 @@ func TestNodeValidation(t *testing.T) {
 func TestNodeInFlight(t *testing.T) {
 	n := newTestNode(t)
 	ctx := context.Background()
-	release, ok := n.inFlight.acquire(ctx, "volume/vol-busy")
+	release, ok := n.inFlight.acquire(ctx, "volume/vol-00000000000000b51")
 	if !ok {
 		t.Fatal("acquire failed")
 	}
 	dir := t.TempDir()
-	_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-busy", StagingTargetPath: dir, VolumeCapability: mountCap("ext4", rwo)})
+	_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-00000000000000b51", StagingTargetPath: dir, VolumeCapability: mountCap("ext4", rwo)})
 	wantCode(t, err, codes.Aborted, "stage while busy")
-	_, err = n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-busy", StagingTargetPath: dir, TargetPath: dir + "/t", VolumeCapability: mountCap("ext4", rwo)})
+	_, err = n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-00000000000000b51", StagingTargetPath: dir, TargetPath: dir + "/t", VolumeCapability: mountCap("ext4", rwo)})
 	wantCode(t, err, codes.Aborted, "publish while busy")
-	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-busy", StagingTargetPath: dir})
+	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-00000000000000b51", StagingTargetPath: dir})
 	wantCode(t, err, codes.Aborted, "unstage while busy")
-	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-other", StagingTargetPath: dir})
+	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-00000000000000a42", StagingTargetPath: dir})
 	wantCode(t, err, codes.OK, "unstage of another volume")
 	release()
-	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-busy", StagingTargetPath: dir})
+	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-00000000000000b51", StagingTargetPath: dir})
 	wantCode(t, err, codes.OK, "unstage after release")
 }
 

@@ -8,12 +8,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
@@ -25,10 +27,11 @@ type Services struct {
 	Node       csi.NodeServer
 }
 
-// NewGRPCServer registers the services behind logging and metrics interceptors. reg may be nil.
+// NewGRPCServer registers the services behind logging, metrics and panic recovery interceptors. reg may be nil.
 func NewGRPCServer(s Services, reg prometheus.Registerer) *grpc.Server {
 	m := newRPCMetrics(reg)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, m.observe))
+	// Recovery is innermost, so that logging and metrics see a panic as the Internal error it becomes.
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, m.observe, recoverPanic))
 	csi.RegisterIdentityServer(srv, s.Identity)
 	if s.Controller != nil {
 		csi.RegisterControllerServer(srv, s.Controller)
@@ -49,6 +52,19 @@ func logRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler gr
 		klog.V(5).InfoS("RPC done", "method", info.FullMethod, "response", protosanitizer.StripSecrets(resp))
 	}
 	return resp, err
+}
+
+// recoverPanic turns a panic in a handler into Internal, with the stack in the log, so that one bad request
+// cannot kill the plugin and every operation in flight with it. The handler's deferred releases (in-flight
+// holds) have run by the time the panic reaches here.
+func recoverPanic(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.ErrorS(fmt.Errorf("panic: %v", r), "RPC handler panicked", "method", info.FullMethod, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "internal error in %s: %v", info.FullMethod, r)
+		}
+	}()
+	return handler(ctx, req)
 }
 
 type rpcMetrics struct {
