@@ -4,6 +4,7 @@ GO      ?= go
 BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
 LDFLAGS := -X main.version=$(VERSION)
+BENCH_RUNS ?= 3
 
 .PHONY: all build demo test test-go test-clients e2e e2e-tools bench lint deps clean
 
@@ -37,9 +38,13 @@ e2e: build e2e-tools
 e2e-tools:
 	hack/build-e2e-tools.sh
 
-bench:
+bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
+	# Through CSI: the driver and fakecloud binaries, 100 parallel create → publish → unpublish → delete cycles,
+	# instant and 1 s transitions (JSON per run); then NodeStageVolume against mkfs + mount by hand (root).
+	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
+	$(GO) run ./test/bench node --bin $(BIN)
 
 lint:
 	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
