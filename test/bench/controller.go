@@ -184,11 +184,16 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 	}
 
 	r := &result{Driver: d.name, Profile: p.Name, Run: run, Cycles: b.cycles, Nodes: b.nodes, Errors: len(errs),
-		WallSeconds: round(wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, Latency: map[string]latencyStats{}}
+		WallSeconds: round(wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
 	for k, v := range after {
 		n := v - before[k]
 		switch {
 		case n == 0:
+		case strings.HasPrefix(k, "seconds:"):
+			action := strings.TrimPrefix(k, "seconds:")
+			if calls := after[action] - before[action]; calls > 0 {
+				r.ServerMeanMS[action] = round(1000 * n / calls)
+			}
 		case k == "total":
 			r.CallsPerCycle = round(n / float64(b.cycles))
 		case !strings.Contains(k, "/"):
