@@ -203,12 +203,9 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 		}
 	}
 	for _, rpc := range rpcs {
-		d := lat[rpc]
-		if len(d) == 0 {
-			continue
+		if d := lat[rpc]; len(d) > 0 {
+			r.Latency[rpc] = percentiles(d)
 		}
-		slices.Sort(d)
-		r.Latency[rpc] = latencyStats{P50: round(d[len(d)*50/100].Seconds()), P99: round(d[min(len(d)-1, len(d)*99/100)].Seconds())}
 	}
 	r.FirstErrors = errs[:min(len(errs), 5)]
 	return r, nil
@@ -263,6 +260,13 @@ func grpcErr(err error) error {
 	}
 	s, _ := status.FromError(err)
 	return fmt.Errorf("%s: %s", s.Code(), s.Message())
+}
+
+// percentiles are the p50 and p99 of d, in seconds.
+func percentiles(d []time.Duration) latencyStats {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return latencyStats{P50: round(d[len(d)*50/100].Seconds()), P99: round(d[min(len(d)-1, len(d)*99/100)].Seconds())}
 }
 
 func round(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
