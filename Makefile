@@ -42,8 +42,10 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
 	# Through CSI: the driver and fakecloud binaries, 100 parallel create → publish → unpublish → delete cycles,
-	# instant and 1 s transitions (JSON per run); then NodeStageVolume against mkfs + mount by hand (root).
+	# instant and 1 s transitions (JSON per run); expand and modify at once; NodeStageVolume against mkfs + mount
+	# by hand (root).
 	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
+	$(GO) run ./test/bench modify --bin $(BIN)
 	$(GO) run ./test/bench node --bin $(BIN)
 
 lint:
