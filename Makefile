@@ -38,12 +38,12 @@ e2e: build e2e-tools
 e2e-tools:
 	hack/build-e2e-tools.sh
 
+# test/bench drives the driver and fakecloud binaries through CSI: 100 parallel create → publish → unpublish →
+# delete cycles with instant and 1 s transitions (JSON per run), expand and modify at once, and NodeStageVolume
+# against the same mkfs + mount by hand (root).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
-	# Through CSI: the driver and fakecloud binaries, 100 parallel create → publish → unpublish → delete cycles,
-	# instant and 1 s transitions (JSON per run); expand and modify at once; NodeStageVolume against mkfs + mount
-	# by hand (root).
 	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
 	$(GO) run ./test/bench modify --bin $(BIN)
 	$(GO) run ./test/bench node --bin $(BIN)
