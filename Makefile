@@ -8,6 +8,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
 VERSION_PKG := github.com/diskforge/diskforge/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
+BENCH_RUNS ?= 3
 
 .PHONY: all build demo test test-go test-clients e2e e2e-tools bench lint deps clean
 
@@ -41,9 +42,15 @@ e2e: build e2e-tools
 e2e-tools:
 	hack/build-e2e-tools.sh
 
-bench:
+# test/bench drives the driver and fakecloud binaries through CSI: 100 parallel create → publish → unpublish →
+# delete cycles with instant and 1 s transitions (JSON per run), expand and modify at once, and NodeStageVolume
+# against the same mkfs + mount by hand (root).
+bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
+	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
+	$(GO) run ./test/bench modify --bin $(BIN)
+	$(GO) run ./test/bench node --bin $(BIN)
 
 lint:
 	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

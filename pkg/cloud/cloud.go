@@ -31,6 +31,9 @@ type Cloud interface {
 	// is idempotent: a disk already attached to the instance returns its attachment. The attachment carries
 	// what the node needs to find the device: the disk ID and the device name.
 	AttachDisk(ctx context.Context, volumeID, instanceID string) (*Attachment, error)
+	// WaitForAttachment waits until an attachment the caller has read as attaching is attached, without
+	// asking the cloud to attach again: the idempotent answer to a repeated publish.
+	WaitForAttachment(ctx context.Context, a Attachment) (*Attachment, error)
 	// DetachDisk detaches a disk from an instance and waits until it is detached. A disk that is not attached
 	// to the instance gives nil; a disk that does not exist gives ErrNotFound.
 	DetachDisk(ctx context.Context, volumeID, instanceID string) error

@@ -32,21 +32,28 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, err
 	}
 	defer release()
-	if _, err := c.cloud.GetInstance(ctx, nodeID); err != nil {
-		if errors.Is(err, cloud.ErrNotFound) || errors.Is(err, cloud.ErrInvalidArgument) {
-			return nil, status.Errorf(codes.NotFound, "node %q does not exist: %v", nodeID, err)
-		}
-		return nil, rpcError(fmt.Errorf("node %s: %w", nodeID, err))
-	}
 	if needs.multiNode && !disk.MultiAttach {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s is not Multi-Attach enabled", volumeID)
 	}
+	var att *cloud.Attachment
 	for _, a := range disk.Attachments {
-		if a.InstanceID != nodeID && !disk.MultiAttach {
+		switch {
+		case a.InstanceID == nodeID:
+			att = &a
+		case !disk.MultiAttach:
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published to node %s", volumeID, a.InstanceID)
 		}
 	}
-	att, err := c.cloud.AttachDisk(ctx, volumeID, nodeID)
+	// No DescribeInstances: a node that does not exist is known from AttachVolume's answer (NotFound), and a
+	// volume already published to the node is answered from the attachment just read.
+	switch {
+	case att != nil && att.State == cloud.AttachmentAttached && att.Device != "":
+		klog.V(2).InfoS("Volume already published", "volumeID", volumeID, "nodeID", nodeID, "device", att.Device)
+	case att != nil && att.State == cloud.AttachmentAttaching && att.Device != "":
+		att, err = c.cloud.WaitForAttachment(ctx, *att)
+	default:
+		att, err = c.cloud.AttachDisk(ctx, volumeID, nodeID)
+	}
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("attach volume %s to node %s: %w", volumeID, nodeID, err))
 	}

@@ -22,11 +22,11 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, err
 	}
-	_, release, err := c.holdDisk(ctx, id)
-	if err != nil {
-		return nil, err
+	if !validVolumeID(id) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", id)
 	}
-	defer release()
+	// No in-flight hold: the cloud queues the modifications of a volume and folds an expansion and a
+	// modification that meet into one, so neither is turned away (Aborted) for the other.
 	got, err := c.cloud.ResizeDisk(ctx, id, size)
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("grow volume %s to %d GiB: %w", id, size, err))
@@ -45,11 +45,9 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	_, release, err := c.holdDisk(ctx, id)
-	if err != nil {
-		return nil, err
+	if !validVolumeID(id) {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", id)
 	}
-	defer release()
 	if _, err := c.cloud.ModifyDisk(ctx, id, opts); err != nil {
 		return nil, rpcError(fmt.Errorf("modify volume %s: %w", id, err))
 	}

@@ -2,16 +2,22 @@ package driver
 
 import (
 	"context"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
 
@@ -261,5 +267,127 @@ func TestControllerExpandAndModify(t *testing.T) {
 	}
 	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: map[string]string{"encrypted": "true"}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("immutable parameter: %v, want InvalidArgument", err)
+	}
+}
+
+// ec2Calls counts the EC2 calls fakecloud served, by action, from its /metrics.
+func ec2Calls(t *testing.T, env *fakecloudtest.Env) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(env.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range families["fakecloud_requests_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "action" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// TestControllerPublishCalls: a publish costs one (batched) DescribeVolumes and one AttachVolume, no
+// DescribeInstances per publish; publishing again answers from the attachment read, with no AttachVolume.
+func TestControllerPublishCalls(t *testing.T) {
+	c, env := newTestController(t)
+	ctx := context.Background()
+	nodeA := env.Instances["us-east-1a"]
+	var ids []string
+	for _, name := range []string{"pvc-calls-1", "pvc-calls-2"} {
+		vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			AccessibilityRequirements: &csi.TopologyRequirement{Preferred: zoneReq("us-east-1a")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, vol.GetVolume().GetVolumeId())
+	}
+	publish := func(id string) string {
+		t.Helper()
+		resp, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: mountRWO})
+		if err != nil {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+		return resp.GetPublishContext()[PublishDevicePath]
+	}
+	first := publish(ids[0])
+	before := ec2Calls(t, env)
+	second := publish(ids[1])
+	after := ec2Calls(t, env)
+	if first == second {
+		t.Errorf("two volumes on one node got the same device %s", first)
+	}
+	if n := after["DescribeInstances"] - before["DescribeInstances"]; n != 0 {
+		t.Errorf("a publish to a known node made %v DescribeInstances calls, want 0", n)
+	}
+	if n := after["AttachVolume"] - before["AttachVolume"]; n != 1 {
+		t.Errorf("a publish made %v AttachVolume calls, want 1", n)
+	}
+	if again := publish(ids[1]); again != second {
+		t.Errorf("publish again gave %s, want %s", again, second)
+	}
+	if n := ec2Calls(t, env)["AttachVolume"] - after["AttachVolume"]; n != 0 {
+		t.Errorf("an idempotent publish made %v AttachVolume calls, want 0", n)
+	}
+}
+
+// TestControllerExpandAndModifyTogether: an expansion and a modification that meet on a volume become one
+// ModifyVolume; a modification arriving while the previous one is still optimizing waits for it instead of
+// being refused.
+func TestControllerExpandAndModifyTogether(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{NoSync: true, Durations: state.Durations{Modifying: 100 * time.Millisecond, Optimizing: 300 * time.Millisecond},
+		// A slow DescribeVolumes keeps the first request's round open while the second arrives.
+		Faults: faults.Config{Latency: map[string]faults.Duration{"DescribeVolumes": faults.Duration(50 * time.Millisecond)}}})
+	cl, err := ec2cloud.New(context.Background(), ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
+		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
+		Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewControllerServer(cl)
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-together", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		Parameters: map[string]string{"type": "gp3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	before := ec2Calls(t, env)
+	var wg sync.WaitGroup
+	var expandErr, modifyErr error
+	wg.Go(func() {
+		_, expandErr = c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * gib}, VolumeCapability: mountRWO})
+	})
+	wg.Go(func() {
+		_, modifyErr = c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id,
+			MutableParameters: map[string]string{"iops": "4000"}})
+	})
+	wg.Wait()
+	if expandErr != nil || modifyErr != nil {
+		t.Fatalf("expand: %v; modify: %v", expandErr, modifyErr)
+	}
+	if n := ec2Calls(t, env)["ModifyVolume"] - before["ModifyVolume"]; n != 1 {
+		t.Errorf("expand and modify together made %v ModifyVolume calls, want 1", n)
+	}
+	// The modification is optimizing now; the next one waits for it to complete.
+	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id,
+		MutableParameters: map[string]string{"throughput": "300"}}); err != nil {
+		t.Fatalf("modify while optimizing: %v, want it to wait", err)
+	}
+	after := ec2Calls(t, env)
+	if n := after["ModifyVolume"] - before["ModifyVolume"]; n != 2 {
+		t.Errorf("ModifyVolume calls = %v, want 2 (none refused)", n)
+	}
+	disk, err := cl.GetDisk(ctx, id)
+	if err != nil || disk.SizeGiB != 8 || disk.IOPS != 4000 || disk.Throughput != 300 {
+		t.Errorf("disk = %+v, %v; want 8 GiB, 4000 IOPS, 300 MiB/s", disk, err)
 	}
 }

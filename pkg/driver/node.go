@@ -57,6 +57,8 @@ type NodeServer struct {
 	mounter  *mount.SafeFormatAndMount
 	devices  DeviceFinder
 	inFlight *inFlight
+	// formatTokens bound the mkfs runs of formatBlank (mount-utils bounds its own).
+	formatTokens chan struct{}
 }
 
 // NewNodeServer serves the node RPCs of the instance o describes.
@@ -78,14 +80,17 @@ func NewNodeServer(o NodeOptions) (*NodeServer, error) {
 	}
 	m := o.Mounter
 	if m == nil {
-		m = mount.NewSafeFormatAndMount(mount.New(""), exec.New(),
+		// Not through systemd-run: a kernel filesystem needs no scope to outlive the plugin, and probing for
+		// systemd costs every first mount a process spawn.
+		m = mount.NewSafeFormatAndMount(mount.NewWithoutSystemd(""), exec.New(),
 			mount.WithMaxConcurrentFormat(o.MaxConcurrentFormat, formatTokenTimeout))
 	}
 	devices := o.Devices
 	if devices == nil {
 		devices = &deviceFinder{devDir: o.DevDir, sysfs: o.Sysfs, wait: o.DeviceWait}
 	}
-	return &NodeServer{opts: o, mounter: m, devices: devices, inFlight: newInFlight(nil)}, nil
+	return &NodeServer{opts: o, mounter: m, devices: devices, inFlight: newInFlight(nil),
+		formatTokens: make(chan struct{}, o.MaxConcurrentFormat)}, nil
 }
 
 func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {

@@ -130,11 +130,12 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		// Restored snapshots and clones share their source's XFS UUID; without nouuid the second mount fails.
 		opts = append(opts, "nouuid")
 	}
-	if err := n.mounter.FormatAndMountSensitiveWithFormatOptions(dev, staging, fsType, opts, nil, formatOpts); err != nil {
+	if err := n.formatAndMountProbed(dev, staging, fsType, existing, opts, formatOpts); err != nil {
 		return fmt.Errorf("format and mount %s on %s: %w", dev, staging, err)
 	}
 	klog.InfoS("Volume staged", "volume", volumeID, "device", dev, "stagingPath", staging, "fsType", fsType)
-	if fsType == FSXFS {
+	// A filesystem mkfs has just made fills its device: only an existing one may need growing.
+	if fsType == FSXFS && existing != "" {
 		if _, err := n.growXFS(ctx, dev, staging); err != nil {
 			return err
 		}

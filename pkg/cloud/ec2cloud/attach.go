@@ -12,6 +12,10 @@ import (
 	"github.com/diskforge/diskforge/pkg/cloud"
 )
 
+// codeInstanceNotFound is AttachVolume's answer for an instance that does not exist (classified as
+// ErrNotFound with the other ".NotFound" codes).
+const codeInstanceNotFound = "InvalidInstanceID.NotFound"
+
 // AttachDisk implements cloud.Cloud: allocate a device name, AttachVolume, wait until attached. A name EC2
 // says is already in use is marked taken and the next one tried. A disk already attached to the instance
 // (a retry, or the SDK replaying an attach whose reply was lost) is adopted rather than failed.
@@ -34,12 +38,26 @@ func (c *Cloud) AttachDisk(ctx context.Context, volumeID, instanceID string) (*c
 		case errorCode(err) == codeVolumeInUse:
 			c.devices.release(instanceID, volumeID)
 			return c.adoptAttachment(ctx, volumeID, instanceID, err)
+		case errorCode(err) == codeInstanceNotFound:
+			// The instance is gone: this is how a publish to a missing node is found, with no DescribeInstances.
+			c.devices.forget(instanceID)
+			return nil, classify("AttachVolume", err)
 		default:
 			c.devices.release(instanceID, volumeID)
 			return nil, classify("AttachVolume", err)
 		}
 	}
 	return nil, newError("attach disk", cloud.ErrLimitExceeded, "no device name left to attach %s to %s", volumeID, instanceID)
+}
+
+// WaitForAttachment implements cloud.Cloud: the caller read the attachment (attaching, under a device) and
+// wants it attached, without sending AttachVolume again.
+func (c *Cloud) WaitForAttachment(ctx context.Context, a cloud.Attachment) (*cloud.Attachment, error) {
+	if a.VolumeID == "" || a.InstanceID == "" || a.Device == "" {
+		return nil, newError("attach disk", cloud.ErrInvalidArgument, "attachment %+v names no volume, instance or device", a)
+	}
+	c.devices.adopt(a.InstanceID, a.VolumeID, a.Device)
+	return c.waitAttached(ctx, a.VolumeID, a.InstanceID, a.Device)
 }
 
 // adoptAttachment handles VolumeInUse: if the disk is attached (or attaching) to this very instance, wait for

@@ -58,6 +58,9 @@ type Cloud struct {
 	volumes       *batcher[ec2types.Volume]
 	modifications *batcher[ec2types.VolumeModification]
 	snapshots     *batcher[ec2types.Snapshot]
+	instances     *batcher[ec2types.Instance]
+	// modifiers queue and coalesce the modifications of each volume.
+	modifiers *modifiers
 }
 
 var _ cloud.Cloud = (*Cloud)(nil)
@@ -107,6 +110,8 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m)
 	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m)
 	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m)
+	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m)
+	c.modifiers = newModifiers(c)
 	klog.V(2).InfoS("EC2 cloud configured", "region", cfg.Region, "endpoint", o.Endpoint, "clusterID", o.ClusterID,
 		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode)
 	return c

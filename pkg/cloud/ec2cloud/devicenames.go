@@ -2,6 +2,7 @@ package ec2cloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -26,15 +27,18 @@ var deviceNames = func() []string {
 }()
 
 // deviceAllocator hands out free device names per instance without asking EC2 on every attach: it learns an
-// instance's devices once, lazily, from DescribeInstances, then tracks its own attaches and detaches. Names
-// taken behind its back are found when EC2 answers "already in use" (the attach then moves to the next name);
-// when it runs out of names it asks EC2 again. Names go round-robin so a name just released is not reused
-// at once, while the node may still be letting go of the old device.
+// instance's devices once, lazily, from DescribeInstances (batched with the learns of other instances), then
+// keeps them current from its own attaches and detaches and from the attachments every DescribeVolumes
+// reports (observe). Names taken behind its back are found when EC2 answers "already in use" (the attach then
+// moves to the next name); when it runs out of names it asks EC2 again. Names go round-robin so a name just
+// released is not reused at once, while the node may still be letting go of the old device.
 type deviceAllocator struct {
 	describe func(ctx context.Context, instanceID string) (map[string]string, error)
 
 	mu        sync.Mutex
 	instances map[string]*instanceDeviceState
+	// seq numbers local changes; an observation older than a name's last local change says nothing new.
+	seq uint64
 }
 
 type instanceDeviceState struct {
@@ -44,6 +48,8 @@ type instanceDeviceState struct {
 	// inUse maps taken device names to their holder.
 	inUse  map[string]deviceUse
 	cursor int
+	// changed is the seq of each name's last local change.
+	changed map[string]uint64
 }
 
 // deviceUse is who holds a device name: a volume ("" when unknown: the root device, a name EC2 refused), and
@@ -62,7 +68,7 @@ func (a *deviceAllocator) state(instanceID string) *instanceDeviceState {
 	defer a.mu.Unlock()
 	st, ok := a.instances[instanceID]
 	if !ok {
-		st = &instanceDeviceState{seed: make(chan struct{}, 1), inUse: map[string]deviceUse{}}
+		st = &instanceDeviceState{seed: make(chan struct{}, 1), inUse: map[string]deviceUse{}, changed: map[string]uint64{}}
 		a.instances[instanceID] = st
 	}
 	return st
@@ -85,6 +91,10 @@ func (a *deviceAllocator) learn(ctx context.Context, instanceID string, force bo
 		return nil
 	}
 	devs, err := a.describe(ctx, instanceID)
+	if errors.Is(err, cloud.ErrNotFound) {
+		// Nothing to learn; AttachVolume will say the instance does not exist (and forget drops it).
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -138,7 +148,7 @@ func (a *deviceAllocator) pick(instanceID, volumeID string) (string, bool) {
 	for i := range deviceNames {
 		dev := deviceNames[(st.cursor+i)%len(deviceNames)]
 		if _, taken := st.inUse[dev]; !taken {
-			st.inUse[dev] = deviceUse{volumeID: volumeID, ours: true}
+			a.set(st, dev, deviceUse{volumeID: volumeID, ours: true})
 			st.cursor = (st.cursor + i + 1) % len(deviceNames)
 			return dev, true
 		}
@@ -151,7 +161,7 @@ func (a *deviceAllocator) takenElsewhere(instanceID, dev string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if st, ok := a.instances[instanceID]; ok {
-		st.inUse[dev] = deviceUse{}
+		a.set(st, dev, deviceUse{})
 	}
 }
 
@@ -160,25 +170,82 @@ func (a *deviceAllocator) adopt(instanceID, volumeID, dev string) {
 	st := a.state(instanceID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for d, use := range st.inUse {
-		if use.volumeID == volumeID {
-			delete(st.inUse, d)
-		}
-	}
-	st.inUse[dev] = deviceUse{volumeID: volumeID, ours: true}
+	a.drop(st, volumeID)
+	a.set(st, dev, deviceUse{volumeID: volumeID, ours: true})
 }
 
 // release frees whatever name volumeID holds on the instance.
 func (a *deviceAllocator) release(instanceID, volumeID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, ok := a.instances[instanceID]
-	if !ok {
-		return
+	if st, ok := a.instances[instanceID]; ok {
+		a.drop(st, volumeID)
 	}
+}
+
+// forget drops what is known of an instance (EC2 says it does not exist): an instance that comes back under
+// the same ID is learned afresh.
+func (a *deviceAllocator) forget(instanceID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.instances, instanceID)
+}
+
+// set records a local change of dev; the caller holds a.mu.
+func (a *deviceAllocator) set(st *instanceDeviceState, dev string, use deviceUse) {
+	a.seq++
+	st.inUse[dev], st.changed[dev] = use, a.seq
+}
+
+// drop frees every name volumeID holds on the instance; the caller holds a.mu.
+func (a *deviceAllocator) drop(st *instanceDeviceState, volumeID string) {
 	for d, use := range st.inUse {
 		if use.volumeID == volumeID {
+			a.seq++
 			delete(st.inUse, d)
+			st.changed[d] = a.seq
+		}
+	}
+}
+
+// mark is taken before a DescribeVolumes call; observe then ignores what the call says about names changed
+// locally since.
+func (a *deviceAllocator) mark() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seq
+}
+
+// volumeAttachments is what one DescribeVolumes reported of one volume: the device it holds on each
+// instance it is attached (or attaching) to.
+type volumeAttachments struct {
+	volumeID string
+	devices  map[string]string
+}
+
+// observe keeps the learned instances current from what a DescribeVolumes started at mark reported: a
+// volume's device on an instance is taken, and a name held by a volume that EC2 no longer shows there is
+// free, unless this allocator handed it out (an attach may be on its way) or changed it since mark.
+func (a *deviceAllocator) observe(mark uint64, vols []volumeAttachments) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range vols {
+		for instanceID, st := range a.instances {
+			if !st.seeded {
+				continue
+			}
+			dev, attached := v.devices[instanceID]
+			for d, use := range st.inUse {
+				if use.volumeID == v.volumeID && !use.ours && d != dev && st.changed[d] <= mark {
+					delete(st.inUse, d)
+				}
+			}
+			if !attached || st.changed[dev] > mark {
+				continue
+			}
+			if use, ok := st.inUse[dev]; !ok || use.volumeID != v.volumeID {
+				st.inUse[dev] = deviceUse{volumeID: v.volumeID}
+			}
 		}
 	}
 }

@@ -78,8 +78,50 @@ func TestDeviceAllocator(t *testing.T) {
 		t.Errorf("DescribeInstances calls = %d, want 1 (learned once)", f.calls)
 	}
 
-	if _, err := a.allocate(ctx, "i-missing", "vol-1"); !errors.Is(err, cloud.ErrNotFound) {
-		t.Errorf("unknown instance: %v, want ErrNotFound", err)
+	// An instance EC2 does not know gets a name all the same: AttachVolume's own answer tells the caller,
+	// which then forgets the instance.
+	if d, err := a.allocate(ctx, "i-missing", "vol-1"); err != nil || d == "" {
+		t.Errorf("unknown instance: %q, %v; want a name", d, err)
+	}
+	a.forget("i-missing")
+	if _, ok := a.instances["i-missing"]; ok {
+		t.Error("forgotten instance still tracked")
+	}
+}
+
+// TestDeviceAllocatorObserves: what DescribeVolumes reports keeps the learned devices current, except for
+// names changed locally after the call started.
+func TestDeviceAllocatorObserves(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeInstances{devices: map[string]map[string]string{"i-1": {"/dev/xvda": ""}}}
+	a := newDeviceAllocator(f.describe)
+	if d, _ := a.allocate(ctx, "i-1", "vol-1"); d != "/dev/xvdaa" {
+		t.Fatalf("first allocation = %q", d)
+	}
+	// Attached behind our back: vol-x holds /dev/xvdab.
+	a.observe(a.mark(), []volumeAttachments{{volumeID: "vol-x", devices: map[string]string{"i-1": "/dev/xvdab"}}})
+	if d, _ := a.allocate(ctx, "i-1", "vol-2"); d != "/dev/xvdac" {
+		t.Errorf("allocation after an observed attachment = %q, want /dev/xvdac", d)
+	}
+	// Detached behind our back: the name is free again (the cursor has moved on, so it comes round later).
+	a.observe(a.mark(), []volumeAttachments{{volumeID: "vol-x", devices: map[string]string{}}})
+	if use, ok := a.instances["i-1"].inUse["/dev/xvdab"]; ok {
+		t.Errorf("/dev/xvdab still held by %+v after vol-x was seen detached", use)
+	}
+	// A call that started before a local change says nothing about that name.
+	mark := a.mark()
+	a.release("i-1", "vol-2")
+	a.observe(mark, []volumeAttachments{{volumeID: "vol-2", devices: map[string]string{"i-1": "/dev/xvdac"}}})
+	if _, ok := a.instances["i-1"].inUse["/dev/xvdac"]; ok {
+		t.Error("a stale observation took back a name released since")
+	}
+	// Our own allocation is not freed by an observation that does not show it yet (the attach is on its way).
+	a.observe(a.mark(), []volumeAttachments{{volumeID: "vol-1", devices: map[string]string{}}})
+	if use := a.instances["i-1"].inUse["/dev/xvdaa"]; use.volumeID != "vol-1" {
+		t.Errorf("/dev/xvdaa = %+v, want still vol-1's", use)
+	}
+	if f.calls != 1 {
+		t.Errorf("DescribeInstances calls = %d, want 1", f.calls)
 	}
 }
 

@@ -40,8 +40,18 @@
 // # Device names
 //
 // AttachDisk needs a device name free on the instance. The allocator learns an instance's devices once, from
-// DescribeInstances, then tracks its own attaches and detaches; a name taken behind its back is found when EC2
-// answers "already in use" and the attach moves to the next name.
+// DescribeInstances (batched: the first attaches to many instances share one call), then keeps them current
+// from its own attaches and detaches and from the attachments every batched DescribeVolumes reports; a name
+// taken behind its back is found when EC2 answers "already in use" and the attach moves to the next name.
+// There is no DescribeInstances per attach: an instance that does not exist is known from AttachVolume's own
+// InvalidInstanceID.NotFound.
+//
+// # Modifications
+//
+// ResizeDisk and ModifyDisk go through one queue per volume (modifiers.go): requests that meet while a round
+// reads the disk become one ModifyVolume; later ones form the next round, which starts when the previous
+// returns, and which waits for the previous modification to complete (EC2 refuses a new one while the last is
+// modifying or optimizing) instead of being refused.
 //
 // # Retries and errors
 //

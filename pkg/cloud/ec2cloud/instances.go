@@ -2,27 +2,47 @@ package ec2cloud
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
 )
 
-// GetInstance implements cloud.Cloud.
+// GetInstance implements cloud.Cloud. It goes through the instance batcher, so the first attaches to many
+// instances at once learn their devices in one call.
 func (c *Cloud) GetInstance(ctx context.Context, instanceID string) (*cloud.Instance, error) {
-	out, err := c.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instanceID}})
-	if err != nil {
-		return nil, classify("DescribeInstances", err)
+	o, err := c.instances.get(ctx, instanceID)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("get instance %s: %w", instanceID, err)
+	case o.err != nil:
+		return nil, classify("DescribeInstances", o.err)
+	case !o.found:
+		return nil, newError("get instance", cloud.ErrNotFound, "instance %s does not exist", instanceID)
 	}
-	for _, r := range out.Reservations {
-		for _, in := range r.Instances {
-			if aws.ToString(in.InstanceId) == instanceID {
-				return toInstance(in), nil
+	return toInstance(o.value), nil
+}
+
+// fetchInstances is the instance batcher's call: DescribeInstances with an instance-id filter, which (unlike
+// InstanceIds) does not fail as a whole when one instance does not exist.
+func (c *Cloud) fetchInstances(ctx context.Context, ids []string) (map[string]ec2types.Instance, error) {
+	in := &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("instance-id", ids...)}, MaxResults: aws.Int32(1000)}
+	out := make(map[string]ec2types.Instance, len(ids))
+	for p := ec2.NewDescribeInstancesPaginator(c.ec2, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Reservations {
+			for _, i := range r.Instances {
+				out[aws.ToString(i.InstanceId)] = i
 			}
 		}
 	}
-	return nil, newError("get instance", cloud.ErrNotFound, "instance %s does not exist", instanceID)
+	return out, nil
 }
 
 // describeInstanceDevices feeds the device allocator.

@@ -18,14 +18,7 @@ func (c *Cloud) ResizeDisk(ctx context.Context, volumeID string, sizeGiB int32) 
 	if sizeGiB <= 0 {
 		return 0, newError("resize disk", cloud.ErrInvalidArgument, "invalid size %d GiB", sizeGiB)
 	}
-	d, err := c.GetDisk(ctx, volumeID)
-	if err != nil {
-		return 0, err
-	}
-	if d.SizeGiB >= sizeGiB {
-		return d.SizeGiB, nil
-	}
-	m, err := c.modify(ctx, d, cloud.ModifyOptions{SizeGiB: sizeGiB})
+	m, err := c.modifiers.submit(ctx, volumeID, cloud.ModifyOptions{SizeGiB: sizeGiB}, true)
 	if err != nil {
 		return 0, err
 	}
@@ -37,17 +30,20 @@ func (c *Cloud) ModifyDisk(ctx context.Context, volumeID string, opts cloud.Modi
 	if opts == (cloud.ModifyOptions{}) {
 		return nil, newError("modify disk", cloud.ErrInvalidArgument, "nothing to modify on %s", volumeID)
 	}
-	d, err := c.GetDisk(ctx, volumeID)
-	if err != nil {
-		return nil, err
-	}
-	return c.modify(ctx, d, opts)
+	return c.modifiers.submit(ctx, volumeID, opts, false)
 }
 
-// modify starts a modification of d unless d already has the targets, then waits until it is usable. A
-// modification already in progress is waited for first, then the targets are checked again.
-func (c *Cloud) modify(ctx context.Context, d *cloud.Disk, opts cloud.ModifyOptions) (*cloud.Modification, error) {
-	for attempt := 0; ; attempt++ {
+// maxModifyAttempts bounds how often one modification is refused because another is in progress (someone
+// else's) before giving up.
+const maxModifyAttempts = 3
+
+// modify starts a modification of d unless d already has the targets, then waits until it is usable.
+// settling says our previous modification of d was returned usable but not completed: EC2 refuses another
+// until it completes, so that is waited for first (rather than asking and being refused). A modification
+// that EC2 refuses as in progress (someone else's, or ours from before a restart) is waited for to its end,
+// then the targets are checked again.
+func (c *Cloud) modify(ctx context.Context, d *cloud.Disk, opts cloud.ModifyOptions, settling bool, report func(string)) (*cloud.Modification, error) {
+	for attempt := 1; ; attempt++ {
 		in, changes := modifyInput(d, opts)
 		if !changes {
 			return &cloud.Modification{VolumeID: d.ID, State: cloud.ModificationCompleted, Progress: 100, TargetSizeGiB: d.SizeGiB,
@@ -56,6 +52,13 @@ func (c *Cloud) modify(ctx context.Context, d *cloud.Disk, opts cloud.ModifyOpti
 		if opts.SizeGiB > 0 && opts.SizeGiB < d.SizeGiB {
 			return nil, newError("modify disk", cloud.ErrInvalidArgument, "volume %s is %d GiB; it cannot shrink to %d GiB", d.ID, d.SizeGiB, opts.SizeGiB)
 		}
+		if settling {
+			klog.V(4).InfoS("Waiting for the previous modification to complete", "volumeID", d.ID)
+			if _, err := c.waitModification(ctx, d.ID, true, report); err != nil {
+				return nil, err
+			}
+			settling = false
+		}
 		out, err := c.ec2.ModifyVolume(ctx, in, c.retry.forAction("ModifyVolume"))
 		if err == nil {
 			klog.V(2).InfoS("Disk modification started", "volumeID", d.ID, "sizeGiB", aws.ToInt32(in.Size), "type", in.VolumeType,
@@ -63,16 +66,13 @@ func (c *Cloud) modify(ctx context.Context, d *cloud.Disk, opts cloud.ModifyOpti
 			if m := out.VolumeModification; m != nil && modificationUsable(m.ModificationState) {
 				return toModification(*m), nil
 			}
-			return c.waitModification(ctx, d.ID)
+			return c.waitModification(ctx, d.ID, false, report)
 		}
-		if errorCode(err) != codeIncorrectModState || attempt > 0 {
+		if errorCode(err) != codeIncorrectModState || attempt >= maxModifyAttempts {
 			return nil, classify("ModifyVolume", err)
 		}
-		// Another modification is in progress (perhaps ours, from before a lost reply or a timeout).
 		klog.V(2).InfoS("Waiting for the volume's modification in progress", "volumeID", d.ID)
-		if _, err := c.waitModification(ctx, d.ID); err != nil {
-			return nil, err
-		}
+		settling = true
 		if d, err = c.GetDisk(ctx, d.ID); err != nil {
 			return nil, err
 		}
@@ -104,8 +104,10 @@ func modificationUsable(state ec2types.VolumeModificationState) bool {
 	return state == ec2types.VolumeModificationStateOptimizing || state == ec2types.VolumeModificationStateCompleted
 }
 
-// waitModification waits until the volume's latest modification is optimizing or completed.
-func (c *Cloud) waitModification(ctx context.Context, volumeID string) (*cloud.Modification, error) {
+// waitModification waits until the volume's latest modification is optimizing or completed (usable), or
+// completed only when complete is set: EC2 accepts the next modification only then. report hears every state
+// observed.
+func (c *Cloud) waitModification(ctx context.Context, volumeID string, complete bool, report func(string)) (*cloud.Modification, error) {
 	const op = "modify disk"
 	var last ec2types.VolumeModification
 	grace := graceClock{grace: c.wait.ConsistencyGrace}
@@ -121,7 +123,12 @@ func (c *Cloud) waitModification(ctx context.Context, volumeID string) (*cloud.M
 		}
 		grace.expired(false, o.at)
 		last = o.value
-		return modificationOutcome(o.value)
+		report(string(o.value.ModificationState))
+		done, err := modificationOutcome(o.value)
+		if complete && o.value.ModificationState == ec2types.VolumeModificationStateOptimizing {
+			return false, err
+		}
+		return done, err
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,7 +1,9 @@
 package ec2cloud
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +120,75 @@ func TestModifyWaitTimesOut(t *testing.T) {
 	_, err := e.ResizeDisk(ctxTimeout(t, 300*time.Millisecond), d.ID, 2)
 	if !isDeadline(err) || !strings.Contains(err.Error(), "modifying") {
 		t.Fatalf("ResizeDisk = %v, want a deadline error naming the state", err)
+	}
+}
+
+func TestMergeModifications(t *testing.T) {
+	d := &cloud.Disk{ID: "vol-1", SizeGiB: 10, VolumeType: "gp3", IOPS: 3000, Throughput: 125}
+	grow := func(size int32) *modifyRequest {
+		return &modifyRequest{opts: cloud.ModifyOptions{SizeGiB: size}, grow: true}
+	}
+	modify := func(o cloud.ModifyOptions) *modifyRequest { return &modifyRequest{opts: o} }
+	cases := []struct {
+		name                string
+		reqs                []*modifyRequest
+		want                cloud.ModifyOptions
+		now, later, shrinks int
+	}{
+		{"expand and modify fold into one", []*modifyRequest{grow(20), modify(cloud.ModifyOptions{IOPS: 4000})},
+			cloud.ModifyOptions{SizeGiB: 20, IOPS: 4000}, 2, 0, 0},
+		{"the largest size wins", []*modifyRequest{grow(20), grow(30), grow(15)}, cloud.ModifyOptions{SizeGiB: 30}, 3, 0, 0},
+		{"an expansion to less asks nothing", []*modifyRequest{grow(5)}, cloud.ModifyOptions{}, 1, 0, 0},
+		{"a modification to less is refused", []*modifyRequest{modify(cloud.ModifyOptions{SizeGiB: 5}), grow(12)},
+			cloud.ModifyOptions{SizeGiB: 12}, 1, 0, 1},
+		{"conflicting values go to the next round",
+			[]*modifyRequest{modify(cloud.ModifyOptions{IOPS: 4000}), modify(cloud.ModifyOptions{IOPS: 5000, Throughput: 250}), modify(cloud.ModifyOptions{VolumeType: "io2"})},
+			cloud.ModifyOptions{IOPS: 4000, VolumeType: "io2"}, 2, 1, 0},
+		{"the same value twice is no conflict", []*modifyRequest{modify(cloud.ModifyOptions{Throughput: 250}), modify(cloud.ModifyOptions{Throughput: 250})},
+			cloud.ModifyOptions{Throughput: 250}, 2, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, now, later, shrink := merge(d, tc.reqs)
+			if got != tc.want || len(now) != tc.now || len(later) != tc.later || len(shrink) != tc.shrinks {
+				t.Errorf("merge = %+v, %d now, %d later, %d shrink; want %+v, %d, %d, %d",
+					got, len(now), len(later), len(shrink), tc.want, tc.now, tc.later, tc.shrinks)
+			}
+		})
+	}
+}
+
+// TestModificationsCoalesce: a ResizeDisk and a ModifyDisk that meet become one ModifyVolume, and a third
+// that arrives while that one is optimizing waits for it to complete instead of being refused.
+func TestModificationsCoalesce(t *testing.T) {
+	e := newTestEnv(t, fakecloudtest.Options{Durations: state.Durations{Modifying: 50 * time.Millisecond, Optimizing: 200 * time.Millisecond},
+		// A slow DescribeVolumes keeps the first request's round open while the second arrives.
+		Faults: faults.Config{Latency: map[string]faults.Duration{"DescribeVolumes": faults.Duration(50 * time.Millisecond)}}})
+	d := e.mustCreate(t, "pvc-coalesce", cloud.DiskOptions{SizeGiB: 10, VolumeType: "gp3"})
+	var wg sync.WaitGroup
+	var size int32
+	var resizeErr, modifyErr error
+	wg.Go(func() { size, resizeErr = e.ResizeDisk(testCtx(t), d.ID, 20) })
+	wg.Go(func() { _, modifyErr = e.ModifyDisk(testCtx(t), d.ID, cloud.ModifyOptions{IOPS: 5000}) })
+	wg.Wait()
+	if resizeErr != nil || modifyErr != nil || size != 20 {
+		t.Fatalf("resize = %d, %v; modify: %v", size, resizeErr, modifyErr)
+	}
+	if got := e.calls(t)["ModifyVolume"]; got != 1 {
+		t.Errorf("ModifyVolume calls = %v, want 1", got)
+	}
+	m, err := e.ModifyDisk(testCtx(t), d.ID, cloud.ModifyOptions{Throughput: 300})
+	if err != nil || m.TargetThroughput != 300 {
+		t.Fatalf("modify while optimizing = %+v, %v; want it to wait and succeed", m, err)
+	}
+	calls := e.calls(t)
+	if calls["ModifyVolume"] != 2 || calls["ModifyVolume/IncorrectModificationState"] != 0 {
+		t.Errorf("ModifyVolume calls = %v (%v refused), want 2 and none refused", calls["ModifyVolume"], calls["ModifyVolume/IncorrectModificationState"])
+	}
+	// A caller that gives up is told how far the modification got.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.ResizeDisk(ctx, d.ID, 30); !isDeadline(err) {
+		t.Errorf("resize with a short deadline = %v, want a deadline error", err)
 	}
 }

@@ -259,6 +259,7 @@ func (c *Cloud) ListDisks(ctx context.Context, req cloud.PageRequest) (*cloud.Di
 func (c *Cloud) fetchVolumes(ctx context.Context, ids []string) (map[string]ec2types.Volume, error) {
 	in := &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{filter("volume-id", ids...)}, MaxResults: aws.Int32(500)}
 	out := make(map[string]ec2types.Volume, len(ids))
+	mark := c.devices.mark()
 	for p := ec2.NewDescribeVolumesPaginator(c.ec2, in); p.HasMorePages(); {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -268,7 +269,27 @@ func (c *Cloud) fetchVolumes(ctx context.Context, ids []string) (map[string]ec2t
 			out[aws.ToString(v.VolumeId)] = v
 		}
 	}
+	c.devices.observe(mark, attachmentsOf(out))
 	return out, nil
+}
+
+// attachmentsOf lists the devices volumes hold on instances they are attached or attaching to, for the
+// device allocator.
+func attachmentsOf(vols map[string]ec2types.Volume) []volumeAttachments {
+	out := make([]volumeAttachments, 0, len(vols))
+	for id, v := range vols {
+		va := volumeAttachments{volumeID: id, devices: map[string]string{}}
+		for _, a := range v.Attachments {
+			switch a.State {
+			case ec2types.VolumeAttachmentStateDetached:
+			default:
+				// Attaching, attached, detaching and busy attachments all hold their device name.
+				va.devices[aws.ToString(a.InstanceId)] = aws.ToString(a.Device)
+			}
+		}
+		out = append(out, va)
+	}
+	return out
 }
 
 func nonEmpty(s string) *string {

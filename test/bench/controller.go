@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/status"
+)
+
+// profile is how long fakecloud's transitions take.
+type profile struct {
+	Name       string        `json:"name"`
+	Transition time.Duration `json:"-"`
+}
+
+var profiles = []profile{{Name: "instant"}, {Name: "1s", Transition: time.Second}}
+
+// rpcs are the steps of a cycle, in order.
+var rpcs = []string{"CreateVolume", "ControllerPublishVolume", "ControllerUnpublishVolume", "DeleteVolume"}
+
+// result is one run of one driver on one profile.
+type result struct {
+	Driver        string             `json:"driver"`
+	Profile       string             `json:"profile"`
+	Run           int                `json:"run"`
+	Cycles        int                `json:"cycles"`
+	Nodes         int                `json:"nodes"`
+	Errors        int                `json:"errors"`
+	FirstErrors   []string           `json:"firstErrors,omitempty"`
+	WallSeconds   float64            `json:"wallSeconds"`
+	CallsPerCycle float64            `json:"callsPerCycle"`
+	Calls         map[string]float64 `json:"calls"`
+	CallErrors    map[string]float64 `json:"callErrors,omitempty"`
+	// ServerMeanMS is fakecloud's own mean time per call of each action, in ms: what the cloud costs, apart
+	// from what the driver adds.
+	ServerMeanMS map[string]float64      `json:"serverMeanMs"`
+	Latency      map[string]latencyStats `json:"latency"`
+}
+
+type latencyStats struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+}
+
+type controllerBench struct {
+	fakecloud string
+	drivers   []namedBin
+	cycles    int
+	nodes     int
+	runs      int
+	profiles  []profile
+	keep      bool
+}
+
+type namedBin struct{ name, path string }
+
+func runController(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("controller", flag.ExitOnError)
+	binDir := fs.String("bin", "bin", "directory of the fakecloud and driver binaries")
+	drivers := fs.String("drivers", "", "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)")
+	b := &controllerBench{}
+	fs.IntVar(&b.cycles, "cycles", 100, "parallel cycles per run")
+	fs.IntVar(&b.nodes, "nodes", 10, "instances the volumes are published to")
+	fs.IntVar(&b.runs, "runs", 1, "rounds; each round runs every driver on every profile")
+	only := fs.String("profiles", "instant,1s", "profiles to run: instant, 1s")
+	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b.fakecloud = filepath.Join(*binDir, "fakecloud")
+	if *drivers == "" {
+		*drivers = "current=" + filepath.Join(*binDir, "driver")
+	}
+	for _, item := range strings.Split(*drivers, ",") {
+		name, path, ok := strings.Cut(item, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("--drivers: %q is not NAME=PATH", item)
+		}
+		b.drivers = append(b.drivers, namedBin{name, path})
+	}
+	for _, p := range profiles {
+		if slices.Contains(strings.Split(*only, ","), p.Name) {
+			b.profiles = append(b.profiles, p)
+		}
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for run := 1; run <= b.runs; run++ {
+		for _, p := range b.profiles {
+			// Alternate the order between rounds, so no driver always runs first on a warm or cold machine.
+			order := slices.Clone(b.drivers)
+			if run%2 == 0 {
+				slices.Reverse(order)
+			}
+			for _, d := range order {
+				r, err := b.run(ctx, d, p, run)
+				if err != nil {
+					return fmt.Errorf("%s, %s, run %d: %w", d.name, p.Name, run, err)
+				}
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (b *controllerBench) instances() (ids []string, spec string) {
+	zones := []string{"us-east-1a", "us-east-1b", "us-east-1c"}
+	var items []string
+	for i := range b.nodes {
+		id := fmt.Sprintf("i-0be%014d", i)
+		ids = append(ids, id)
+		items = append(items, fmt.Sprintf("%s=%s:39", id, zones[i%len(zones)]))
+	}
+	return ids, strings.Join(items, ",")
+}
+
+func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run int) (*result, error) {
+	dir, err := os.MkdirTemp("", "diskforge-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if !b.keep {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	pr := &procs{dir: dir}
+	defer pr.stop()
+	ids, spec := b.instances()
+	t := p.Transition.String()
+	url, err := pr.startFakecloud(ctx, b.fakecloud, "--instances", spec, "--create-duration", t, "--attach-duration", t,
+		"--detach-duration", t, "--delete-duration", "0s")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pr.startDriver(ctx, d.path, "--mode", "controller", "--cloud-endpoint", url, "--region", "us-east-1")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	ctrl := csi.NewControllerClient(conn)
+	zoneOf := map[string]string{}
+	for i, id := range ids {
+		zoneOf[id] = []string{"us-east-1a", "us-east-1b", "us-east-1c"}[i%3]
+	}
+
+	before, err := scrapeCalls(url)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu   sync.Mutex
+		lat  = map[string][]time.Duration{}
+		errs []string
+		wg   sync.WaitGroup
+	)
+	record := func(rpc string, d time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lat[rpc] = append(lat[rpc], d)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", rpc, err))
+		}
+	}
+	start := time.Now()
+	for i := range b.cycles {
+		node := ids[i%len(ids)]
+		wg.Go(func() { cycle(ctx, ctrl, fmt.Sprintf("pvc-bench-%d-%04d", run, i), node, zoneOf[node], record) })
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	after, err := scrapeCalls(url)
+	if err != nil {
+		return nil, err
+	}
+
+	r := &result{Driver: d.name, Profile: p.Name, Run: run, Cycles: b.cycles, Nodes: b.nodes, Errors: len(errs),
+		WallSeconds: round(wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
+	for k, v := range after {
+		n := v - before[k]
+		switch {
+		case n == 0:
+		case strings.HasPrefix(k, "seconds:"):
+			action := strings.TrimPrefix(k, "seconds:")
+			if calls := after[action] - before[action]; calls > 0 {
+				r.ServerMeanMS[action] = round(1000 * n / calls)
+			}
+		case k == "total":
+			r.CallsPerCycle = round(n / float64(b.cycles))
+		case !strings.Contains(k, "/"):
+			r.Calls[k] = round(n / float64(b.cycles))
+		case !strings.HasSuffix(k, "/Success"):
+			r.CallErrors[k] = n
+		}
+	}
+	for _, rpc := range rpcs {
+		if d := lat[rpc]; len(d) > 0 {
+			r.Latency[rpc] = percentiles(d)
+		}
+	}
+	r.FirstErrors = errs[:min(len(errs), 5)]
+	return r, nil
+}
+
+// cycle takes one volume through create, publish, unpublish and delete, as the provisioner and attacher do.
+func cycle(ctx context.Context, ctrl csi.ControllerClient, name, node, zone string, record func(string, time.Duration, error)) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	capability := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	step := func(rpc string, call func() error) bool {
+		t := time.Now()
+		err := call()
+		record(rpc, time.Since(t), err)
+		return err == nil
+	}
+	var volumeID string
+	if !step("CreateVolume", func() error {
+		resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+			VolumeCapabilities: []*csi.VolumeCapability{capability}, Parameters: map[string]string{"type": "gp3"},
+			AccessibilityRequirements: &csi.TopologyRequirement{Preferred: []*csi.Topology{
+				{Segments: map[string]string{"topology.kubernetes.io/zone": zone}}}},
+		})
+		volumeID = resp.GetVolume().GetVolumeId()
+		return grpcErr(err)
+	}) {
+		return
+	}
+	if !step("ControllerPublishVolume", func() error {
+		_, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: volumeID, NodeId: node, VolumeCapability: capability})
+		return grpcErr(err)
+	}) {
+		return
+	}
+	step("ControllerUnpublishVolume", func() error {
+		_, err := ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: volumeID, NodeId: node})
+		return grpcErr(err)
+	})
+	step("DeleteVolume", func() error {
+		_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: volumeID})
+		return grpcErr(err)
+	})
+}
+
+func grpcErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	s, _ := status.FromError(err)
+	return fmt.Errorf("%s: %s", s.Code(), s.Message())
+}
+
+// percentiles are the p50 and p99 of d, in seconds.
+func percentiles(d []time.Duration) latencyStats {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return latencyStats{P50: round(d[len(d)*50/100].Seconds()), P99: round(d[min(len(d)-1, len(d)*99/100)].Seconds())}
+}
+
+func round(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+// modifyResult is one driver's run of the resize scenario: per volume, ControllerExpandVolume and
+// ControllerModifyVolume at once (as the resizer sends them when a PVC's size and VolumeAttributesClass
+// change together), then another ControllerModifyVolume while that modification is still optimizing.
+type modifyResult struct {
+	Driver  string             `json:"driver"`
+	Volumes int                `json:"volumes"`
+	Errors  map[string]int     `json:"errorsByCode"`
+	Calls   map[string]float64 `json:"modifyCallsPerVolume"`
+	// Refused counts ModifyVolume calls EC2 refused because a modification was in progress.
+	Refused    float64                 `json:"refusedModifyVolume"`
+	Latency    map[string]latencyStats `json:"latency"`
+	WallSecond float64                 `json:"wallSeconds"`
+}
+
+func runModify(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("modify", flag.ExitOnError)
+	binDir := fs.String("bin", "bin", "directory of the fakecloud and driver binaries")
+	drivers := fs.String("drivers", "", "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)")
+	volumes := fs.Int("volumes", 20, "volumes resized in parallel")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *drivers == "" {
+		*drivers = "current=" + filepath.Join(*binDir, "driver")
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, item := range strings.Split(*drivers, ",") {
+		name, path, ok := strings.Cut(item, "=")
+		if !ok {
+			return fmt.Errorf("--drivers: %q is not NAME=PATH", item)
+		}
+		r, err := modifyRun(ctx, filepath.Join(*binDir, "fakecloud"), name, path, *volumes)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func modifyRun(ctx context.Context, fakecloud, name, driver string, volumes int) (*modifyResult, error) {
+	dir, err := os.MkdirTemp("", "diskforge-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	pr := &procs{dir: dir}
+	defer pr.stop()
+	url, err := pr.startFakecloud(ctx, fakecloud, "--create-duration", "0s", "--modifying-duration", "300ms", "--optimizing-duration", "1s")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pr.startDriver(ctx, driver, "--mode", "controller", "--cloud-endpoint", url, "--region", "us-east-1")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	ctrl := csi.NewControllerClient(conn)
+	capability := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	ids := make([]string, volumes)
+	for i := range ids {
+		resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("pvc-resize-%04d", i),
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 10 << 30}, VolumeCapabilities: []*csi.VolumeCapability{capability},
+			Parameters: map[string]string{"type": "gp3"}})
+		if err != nil {
+			return nil, fmt.Errorf("CreateVolume: %w", grpcErr(err))
+		}
+		ids[i] = resp.GetVolume().GetVolumeId()
+	}
+	before, err := scrapeCalls(url)
+	if err != nil {
+		return nil, err
+	}
+	r := &modifyResult{Driver: name, Volumes: volumes, Errors: map[string]int{}, Calls: map[string]float64{}, Latency: map[string]latencyStats{}}
+	var mu sync.Mutex
+	lat := map[string][]time.Duration{}
+	record := func(rpc string, d time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lat[rpc] = append(lat[rpc], d)
+		if err != nil {
+			r.Errors[status.Code(err).String()]++
+		}
+	}
+	timed := func(rpc string, call func() error) {
+		t := time.Now()
+		err := call()
+		record(rpc, time.Since(t), err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			var both sync.WaitGroup
+			both.Go(func() {
+				timed("ControllerExpandVolume", func() error {
+					_, err := ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id,
+						CapacityRange: &csi.CapacityRange{RequiredBytes: 20 << 30}, VolumeCapability: capability})
+					return err
+				})
+			})
+			both.Go(func() {
+				timed("ControllerModifyVolume", func() error {
+					_, err := ctrl.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id,
+						MutableParameters: map[string]string{"iops": "4000"}})
+					return err
+				})
+			})
+			both.Wait()
+			timed("ControllerModifyVolume (next)", func() error {
+				_, err := ctrl.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id,
+					MutableParameters: map[string]string{"throughput": "250"}})
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	r.WallSecond = round(time.Since(start).Seconds())
+	after, err := scrapeCalls(url)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"ModifyVolume", "DescribeVolumes", "DescribeVolumesModifications"} {
+		r.Calls[k] = round((after[k] - before[k]) / float64(volumes))
+	}
+	r.Refused = after["ModifyVolume/IncorrectModificationState"] - before["ModifyVolume/IncorrectModificationState"]
+	for rpc, d := range lat {
+		r.Latency[rpc] = percentiles(d)
+	}
+	return r, nil
+}

@@ -1,0 +1,50 @@
+// Command bench measures the driver through its public interface: the CSI gRPC socket of the driver binary,
+// against the fakecloud binary, counting EC2 calls from fakecloud's /metrics.
+//
+//	go run ./test/bench controller [--drivers before=/tmp/old/driver,after=bin/driver] [--runs 3]
+//	go run ./test/bench modify     [--drivers …]
+//	go run ./test/bench node       (root, loop devices, mkfs.ext4, mkfs.xfs)
+//
+// controller runs N parallel CreateVolume → ControllerPublish → ControllerUnpublish → DeleteVolume cycles for
+// each profile (instant transitions; 1 s create/attach/detach), with a fresh fakecloud per run, and prints one
+// JSON object per run: EC2 calls per cycle and per action, p50/p99 per RPC, wall time, errors. Several
+// drivers are run in turn within each round, so their numbers come from the same minutes of a noisy machine.
+//
+// modify sends, per volume, ControllerExpandVolume and ControllerModifyVolume at once and then another
+// ControllerModifyVolume, and counts ModifyVolume calls, refusals and errors.
+//
+// node stages 1 GiB volumes on loop devices through NodeStageVolume and, alternately, runs the same mkfs and
+// mount by hand on an identical device, and prints the medians side by side.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: bench controller|modify|node [flags]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	var err error
+	switch os.Args[1] {
+	case "controller":
+		err = runController(ctx, os.Args[2:])
+	case "node":
+		err = runNode(ctx, os.Args[2:])
+	case "modify":
+		err = runModify(ctx, os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown benchmark %q: controller, modify or node", os.Args[1])
+	}
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

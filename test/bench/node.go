@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// nodeResult compares NodeStageVolume with the same mkfs and mount run by hand, on identical blank devices.
+type nodeResult struct {
+	FSType  string `json:"fsType"`
+	SizeGiB int    `json:"sizeGiB"`
+	Runs    int    `json:"runs"`
+	// RawCommand is what was run by hand: the driver's mkfs and mount.
+	RawCommand    string    `json:"rawCommand"`
+	RawMedianMS   float64   `json:"rawMedianMs"`
+	StageMedianMS float64   `json:"stageMedianMs"`
+	Ratio         float64   `json:"ratio"`
+	RawMS         []float64 `json:"rawMs"`
+	StageMS       []float64 `json:"stageMs"`
+}
+
+type nodeBench struct {
+	dir   string
+	node  csi.NodeClient
+	loops []string
+	mnts  []string
+	seq   int
+}
+
+func runNode(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("node", flag.ExitOnError)
+	binDir := fs.String("bin", "bin", "directory of the driver binary")
+	driver := fs.String("driver", "", "driver binary (default <bin>/driver)")
+	runs := fs.Int("runs", 5, "measurements of each kind per filesystem")
+	sizeGiB := fs.Int("size", 1, "volume size in GiB")
+	fsTypes := fs.String("fs", "ext4,xfs", "filesystems")
+	verbosity := fs.Int("v", 0, "the driver's log verbosity")
+	keep := fs.Bool("keep", false, "keep the driver's log (the directory is printed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the node benchmark needs root (loop devices, mkfs, mount)")
+	}
+	for _, tool := range []string{"losetup", "mount", "umount", "mkfs.ext4", "mkfs.xfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is needed: %w", tool, err)
+		}
+	}
+	if *driver == "" {
+		*driver = filepath.Join(*binDir, "driver")
+	}
+	dir, err := os.MkdirTemp("", "diskforge-nodebench-")
+	if err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Fprintln(os.Stderr, "bench: logs in", dir)
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	pr := &procs{dir: dir}
+	defer pr.stop()
+	conn, err := pr.startDriver(ctx, *driver, "--mode", "node", "--instance-id", "i-0be00000000000bench", "--zone", "us-east-1a",
+		"--max-volumes-per-node", "16", fmt.Sprintf("-v=%d", *verbosity))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	b := &nodeBench{dir: dir, node: csi.NewNodeClient(conn)}
+	defer b.cleanup()
+	enc := json.NewEncoder(os.Stdout)
+	for _, fsType := range strings.Split(*fsTypes, ",") {
+		r, err := b.compare(ctx, fsType, *sizeGiB, *runs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", fsType, err)
+		}
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compare alternates a hand-run mkfs+mount and a NodeStageVolume, each on a fresh blank device.
+func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs int) (*nodeResult, error) {
+	r := &nodeResult{FSType: fsType, SizeGiB: sizeGiB, Runs: runs}
+	mkfs, mountOpts := []string{"-F", "-m0"}, "defaults"
+	if fsType == "xfs" {
+		// What the driver runs: mount-utils' mkfs flags, and nouuid (restored snapshots share their UUID).
+		mkfs, mountOpts = []string{"-f"}, "nouuid,defaults"
+	}
+	r.RawCommand = fmt.Sprintf("mkfs.%s %s DEV && mount -t %s -o %s DEV DIR", fsType, strings.Join(mkfs, " "), fsType, mountOpts)
+	for i := range 2 * runs {
+		id, dev, err := b.blankDevice(sizeGiB)
+		if err != nil {
+			return nil, err
+		}
+		target := filepath.Join(b.dir, "mnt-"+id)
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if (i%2 == 0) == (i/2%2 == 0) {
+			if err := run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...); err != nil {
+				return nil, err
+			}
+			if err := run("mount", "-t", fsType, "-o", mountOpts, dev, target); err != nil {
+				return nil, err
+			}
+			r.RawMS = append(r.RawMS, ms(time.Since(start)))
+			b.mnts = append(b.mnts, target)
+		} else {
+			_, err := b.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
+				PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
+				VolumeCapability: &csi.VolumeCapability{
+					AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+					AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
+			elapsed := time.Since(start)
+			b.mnts = append(b.mnts, target)
+			if err != nil {
+				return nil, fmt.Errorf("NodeStageVolume: %w", grpcErr(err))
+			}
+			r.StageMS = append(r.StageMS, ms(elapsed))
+		}
+		if err := b.release(); err != nil {
+			return nil, err
+		}
+	}
+	r.RawMedianMS, r.StageMedianMS = median(r.RawMS), median(r.StageMS)
+	r.Ratio = round(r.StageMedianMS / r.RawMedianMS)
+	return r, nil
+}
+
+// blankDevice makes a sparse file named like fakecloud's volumes (<volume ID>.img, which the node plugin
+// finds through the loop device's backing file) and binds a loop device to it.
+func (b *nodeBench) blankDevice(sizeGiB int) (id, dev string, err error) {
+	b.seq++
+	id = fmt.Sprintf("vol-0be%014d", b.seq)
+	file := filepath.Join(b.dir, id+".img")
+	f, err := os.Create(file)
+	if err != nil {
+		return "", "", err
+	}
+	err = errors.Join(f.Truncate(int64(sizeGiB)<<30), f.Close())
+	if err != nil {
+		return "", "", err
+	}
+	out, err := exec.Command("losetup", "--find", "--show", file).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("losetup %s: %w", file, err)
+	}
+	dev = strings.TrimSpace(string(out))
+	b.loops = append(b.loops, dev)
+	return id, dev, nil
+}
+
+// release unmounts what this benchmark mounted and frees its loop devices; it touches nothing else.
+func (b *nodeBench) release() error {
+	var errs []error
+	for _, m := range b.mnts {
+		if err := run("umount", m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.mnts = nil
+	for _, l := range b.loops {
+		if err := run("losetup", "-d", l); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.loops = nil
+	return errors.Join(errs...)
+}
+
+func (b *nodeBench) cleanup() {
+	if err := b.release(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: cleanup:", err)
+	}
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return round(float64(d) / float64(time.Millisecond)) }
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
