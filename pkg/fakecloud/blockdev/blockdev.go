@@ -48,6 +48,10 @@ type Backend interface {
 	// Reconcile runs after a restart: every volume in attached gets a device again (found by its backing file or
 	// re-created); devices backed by files of this backend whose volume is not in attached are released.
 	Reconcile(ctx context.Context, attached []string) error
+	// VolumeIDs and SnapshotIDs list the volumes and snapshots that have a finished file, so that state can
+	// remove files it holds no record of.
+	VolumeIDs() ([]string, error)
+	SnapshotIDs() ([]string, error)
 	// VolumeFile is the path of the volume's backing file; loop devices name it as their backing_file.
 	VolumeFile(volumeID string) string
 	// Close releases nothing on disk; it only stops background work. Devices stay bound across restarts.

@@ -181,3 +181,19 @@ func removeFile(path string) error {
 
 func (s fileStore) removeVolume(id string) error   { return removeFile(s.volumeFile(id)) }
 func (s fileStore) removeSnapshot(id string) error { return removeFile(s.snapshotFile(id)) }
+
+// ids lists the IDs of the finished files in a subdirectory; hidden temporary files are skipped.
+func (s fileStore) ids(sub string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dataDir, sub))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", sub, err)
+	}
+	var out []string
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), imageSuffix)
+		if ok && e.Type().IsRegular() && validateID(sub, id) == nil {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

@@ -36,3 +36,9 @@ func (f *volumeFiles) DeleteSnapshot(_ context.Context, snapshotID string) error
 
 // VolumeFile is the path of the volume's backing file; loop devices name it as their backing_file.
 func (f *volumeFiles) VolumeFile(volumeID string) string { return f.store.volumeFile(volumeID) }
+
+// VolumeIDs lists the volumes that have a backing file. Temporary files of copies in flight are not listed.
+func (f *volumeFiles) VolumeIDs() ([]string, error) { return f.store.ids(volumesDir) }
+
+// SnapshotIDs lists the snapshots that have a file.
+func (f *volumeFiles) SnapshotIDs() ([]string, error) { return f.store.ids(snapshotsDir) }

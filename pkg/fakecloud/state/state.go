@@ -65,6 +65,13 @@ type State struct {
 	instanceIDs   idIndex
 	tokens        map[string]string // ClientToken → volume ID
 
+	// Work whose block I/O runs outside the lock: IDs whose files are being made (no record yet), ClientTokens
+	// of creations in flight (a retry waits for the first), and volumes being copied into a snapshot (their
+	// transitions wait, since the backend serialises per volume).
+	reserved       map[string]struct{}
+	tokensInFlight map[string]chan struct{}
+	copying        map[string]int
+
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
 	kick    chan struct{}
@@ -97,6 +104,9 @@ func New(cfg Config, opts Options) (*State, error) {
 		modifications: map[string]*Modification{},
 		instances:     map[string]*Instance{},
 		tokens:        map[string]string{},
+		reserved:       map[string]struct{}{},
+		tokensInFlight: map[string]chan struct{}{},
+		copying:        map[string]int{},
 		pending:       map[pendingKey]struct{}{},
 		dirty:         map[pendingKey]struct{}{},
 		kick:          make(chan struct{}, 1),
@@ -120,6 +130,7 @@ func New(cfg Config, opts Options) (*State, error) {
 	if err := s.reconcile(context.Background()); err != nil {
 		return nil, err
 	}
+	s.removeOrphans()
 	if err := s.flush(); err != nil {
 		return nil, err
 	}
@@ -279,11 +290,90 @@ func (s *State) mutate(fn func(now time.Time) error) error {
 	now := s.clock.Now()
 	s.advance(now)
 	fnErr := fn(now)
-	if err := s.flush(); err != nil {
-		klog.ErrorS(err, "Persisting state failed")
+	if err := s.commit(); err != nil {
 		return internal(err)
 	}
 	return fnErr
+}
+
+// commit flushes the dirty records; when that fails, memory goes back to what the store holds, so nothing is
+// kept (and no reply is sent) for a change that is not durable, and files made for it are removed.
+func (s *State) commit() error {
+	err := s.flush()
+	if err == nil {
+		return nil
+	}
+	klog.ErrorS(err, "Persisting state failed; undoing the uncommitted changes")
+	if rerr := s.reload(); rerr != nil {
+		klog.ErrorS(rerr, "Reloading state after a failed commit failed")
+	}
+	return err
+}
+
+// reload replaces the in-memory model with the store's records and removes files no record names.
+func (s *State) reload() error {
+	s.volumes, s.snapshots = map[string]*Volume{}, map[string]*Snapshot{}
+	s.modifications, s.instances = map[string]*Modification{}, map[string]*Instance{}
+	s.tokens = map[string]string{}
+	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
+	clear(s.pending)
+	clear(s.dirty)
+	if err := s.load(); err != nil {
+		return err
+	}
+	s.removeOrphans()
+	return nil
+}
+
+// removeOrphans deletes volume and snapshot files that no record names and no operation in flight is making:
+// left by a crash between a file's creation and its commit, or by a commit that failed.
+func (s *State) removeOrphans() {
+	ctx, cancel := backendCtx()
+	defer cancel()
+	orphan := func(id string, known bool) bool {
+		_, inFlight := s.reserved[id]
+		return !known && !inFlight
+	}
+	vols, err := s.backend.VolumeIDs()
+	if err != nil {
+		klog.ErrorS(err, "Listing volume files failed")
+	}
+	for _, id := range vols {
+		if _, ok := s.volumes[id]; orphan(id, ok) {
+			klog.InfoS("Removing volume file without a record", "volumeID", id)
+			if err := s.backend.DeleteVolume(ctx, id); err != nil {
+				klog.ErrorS(err, "Removing orphan volume file failed", "volumeID", id)
+			}
+		}
+	}
+	snaps, err := s.backend.SnapshotIDs()
+	if err != nil {
+		klog.ErrorS(err, "Listing snapshot files failed")
+	}
+	for _, id := range snaps {
+		if _, ok := s.snapshots[id]; orphan(id, ok) {
+			klog.InfoS("Removing snapshot file without a record", "snapshotID", id)
+			if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
+				klog.ErrorS(err, "Removing orphan snapshot file failed", "snapshotID", id)
+			}
+		}
+	}
+}
+
+// withLock runs fn under the lock, for bookkeeping that changes no record.
+func (s *State) withLock(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+}
+
+// unreserve ends the reservation of an ID whose file was being made, and wakes requests waiting on its token.
+func (s *State) unreserve(id, token string) {
+	delete(s.reserved, id)
+	if w, ok := s.tokensInFlight[token]; ok && token != "" {
+		close(w)
+		delete(s.tokensInFlight, token)
+	}
 }
 
 // read runs fn under the lock after advancing due transitions.
@@ -300,9 +390,7 @@ func (s *State) run() {
 		s.mu.Lock()
 		now := s.clock.Now()
 		s.advance(now)
-		if err := s.flush(); err != nil {
-			klog.ErrorS(err, "Persisting state failed")
-		}
+		_ = s.commit()
 		wait := s.nextWake(now)
 		s.mu.Unlock()
 		if !timer.Stop() {
@@ -341,6 +429,11 @@ func newID(prefix string) string {
 	b := make([]byte, 9)
 	_, _ = rand.Read(b)
 	return prefix + "-" + hex.EncodeToString(b)[:17]
+}
+
+// ioCtx bounds block I/O run outside the state lock: copies of whole volumes, which may take minutes.
+func ioCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Minute)
 }
 
 // ctx for backend calls made under the state lock: they are short and must finish to keep state consistent.

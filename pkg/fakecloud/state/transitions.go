@@ -37,6 +37,10 @@ func (s *State) advanceVolume(now time.Time, id string) bool {
 	if !ok {
 		return true
 	}
+	if s.copying[id] > 0 {
+		// A snapshot copy holds the volume's backend lock: its transitions wait for the copy.
+		return false
+	}
 	switch v.State {
 	case VolumeCreating:
 		if due(now, v.DueAt) && !s.stuck(TransitionVolumeCreate) {
@@ -157,7 +161,7 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 	if !ok {
 		return true
 	}
-	if s.stuck(TransitionModify) {
+	if s.stuck(TransitionModify) || s.copying[id] > 0 {
 		return false
 	}
 	if m.State == ModModifying && due(now, m.OptimizingAt) {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"crypto/sha256"
+	"errors"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
@@ -9,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
@@ -42,82 +45,145 @@ func (in CreateVolumeInput) hash() string {
 // maxClientToken is EC2's limit on ClientToken length.
 const maxClientToken = 64
 
-// CreateVolume validates the request, then creates the volume's file and a record in state creating.
+// CreateVolume validates the request, makes the volume's file outside the state lock (a restore copies a whole
+// snapshot), then records the volume in state creating. The reply is sent only once the record is committed.
 func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
-	var out Volume
-	err := s.mutate(func(now time.Time) error {
-		v, err := s.createVolume(now, in)
-		if err == nil {
-			out = v.view()
+	for {
+		var (
+			out     Volume
+			planned *Volume
+			wait    chan struct{}
+		)
+		err := s.mutate(func(now time.Time) error {
+			v, w, err := s.planVolume(in)
+			if err == nil && w == nil && v.State != "" {
+				out = v.view()
+				return nil
+			}
+			planned, wait = v, w
+			return err
+		})
+		switch {
+		case err != nil:
+			if planned != nil {
+				s.withLock(func() { s.unreserve(planned.ID, in.ClientToken) })
+			}
+			return Volume{}, err
+		case wait != nil:
+			// A request with the same ClientToken is making its volume: answer as it ends.
+			<-wait
+			continue
+		case planned == nil:
+			return out, nil
 		}
-		return err
-	})
-	return out, err
+		return s.makeVolume(planned, in)
+	}
 }
 
-func (s *State) createVolume(now time.Time, in CreateVolumeInput) (*Volume, error) {
+// planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken,
+// or a channel to wait on when a request with the same token is in flight.
+func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error) {
 	zone, err := s.resolveZone(in.Zone, in.ZoneID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(in.ClientToken) > maxClientToken {
-		return nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
+		return nil, nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
 	}
-	if id, ok := s.tokens[in.ClientToken]; ok && in.ClientToken != "" {
-		v := s.volumes[id]
-		if v.ParamsHash != in.hash() {
-			return nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
-				"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+	if in.ClientToken != "" {
+		if w, ok := s.tokensInFlight[in.ClientToken]; ok {
+			return nil, w, nil
 		}
-		if in.DryRun {
-			return nil, ec2err.DryRun()
+		if id, ok := s.tokens[in.ClientToken]; ok {
+			v := s.volumes[id]
+			if v.ParamsHash != in.hash() {
+				return nil, nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
+					"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+			}
+			if in.DryRun {
+				return nil, nil, ec2err.DryRun()
+			}
+			return v, nil, nil
 		}
-		return v, nil
 	}
 	v := &Volume{Zone: zone, Type: in.VolumeType, Encrypted: in.Encrypted, KmsKeyID: in.KmsKeyID, MultiAttach: in.MultiAttach}
 	if v.Type == "" {
 		v.Type = "gp2"
 	}
 	if err := s.applySource(v, in); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if in.KmsKeyID != "" && !v.Encrypted {
-		return nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
+		return nil, nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
 	}
 	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := validateTags(in.Tags); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if in.DryRun {
-		return nil, ec2err.DryRun()
+		return nil, nil, ec2err.DryRun()
 	}
 	v.ID = s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; return ok })
-	ctx, cancel := backendCtx()
-	defer cancel()
+	s.reserved[v.ID] = struct{}{}
+	if in.ClientToken != "" {
+		s.tokensInFlight[in.ClientToken] = make(chan struct{})
+	}
+	return v, nil, nil
+}
+
+// makeVolume creates the planned volume's file without the state lock, then records the volume.
+func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
+	ctx, cancel := ioCtx()
+	var err error
 	if v.SnapshotID != "" {
 		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
 	} else {
 		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
 	}
-	if err != nil {
-		klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
-		return nil, internal(err)
+	cancel()
+	var out Volume
+	merr := s.mutate(func(now time.Time) error {
+		// The reservation ends first, so that a failed commit removes the file as an orphan.
+		s.unreserve(v.ID, in.ClientToken)
+		if err != nil {
+			klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
+			if errors.Is(err, blockdev.ErrNotFound) {
+				return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
+			}
+			return capacityOrInternal(err, v.SizeGiB)
+		}
+		v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
+		v.Tags = slices.Clone(in.Tags)
+		if in.ClientToken != "" {
+			v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
+			s.tokens[in.ClientToken] = v.ID
+		}
+		s.volumes[v.ID] = v
+		s.volumeIDs.insert(v.ID)
+		s.markDirty(kindVolume, v.ID)
+		s.markPending(kindVolume, v.ID)
+		out = v.view()
+		klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", v.Zone, "type", v.Type, "sizeGiB", v.SizeGiB, "snapshotID", v.SnapshotID)
+		return nil
+	})
+	return out, merr
+}
+
+// capacityOrInternal answers a backing file that could not be made or grown: a full data directory or a size
+// past its filesystem's largest file is EC2's capacity error, anything else an internal error.
+func capacityOrInternal(err error, sizeGiB int32) error {
+	switch {
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
+			"There is not enough capacity to fulfill your EBS volume provision request: the data directory's filesystem is full (%v).", unix.ENOSPC)
+	case errors.Is(err, unix.EFBIG):
+		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
+			"There is not enough capacity to fulfill your EBS volume provision request: a volume of %d GiB exceeds the largest file the data directory's filesystem can hold (%v).", sizeGiB, unix.EFBIG)
 	}
-	v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
-	v.Tags = slices.Clone(in.Tags)
-	if in.ClientToken != "" {
-		v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
-		s.tokens[in.ClientToken] = v.ID
-	}
-	s.volumes[v.ID] = v
-	s.volumeIDs.insert(v.ID)
-	s.markDirty(kindVolume, v.ID)
-	s.markPending(kindVolume, v.ID)
-	klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", zone, "type", v.Type, "sizeGiB", v.SizeGiB, "snapshotID", v.SnapshotID)
-	return v, nil
+	return internal(err)
 }
 
 // applySource sets the size (and encryption) from the request and the snapshot it restores, if any.
