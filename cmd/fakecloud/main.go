@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -37,6 +38,7 @@ type options struct {
 	instances string
 	keys      string
 	faultSpec faults.Spec
+	timeouts  fakecloud.Timeouts
 	cfg       fakecloud.Config
 }
 
@@ -60,7 +62,9 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&d.Snapshot, "snapshot-duration", d.Snapshot, "time a snapshot spends pending")
 	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")
 	flag.DurationVar(&o.cfg.Cloud.ModificationWindow, "modification-window", 0, "rolling window of the modification limit (EBS: 24h)")
-	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", state.DefaultAttachmentLimit, "volumes an instance can hold when it names no limit")
+	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", 0, "volumes an instance can hold when it names no limit; 0 for its instance type's limit (m5.large: 26)")
+	flag.DurationVar(&o.timeouts.ReadHeader, "read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
+	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")
 	o.faultSpec.RegisterFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -98,7 +102,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: fakecloud.ShutdownTimeout}
+	httpSrv := fakecloud.NewHTTPServer(srv.Handler, o.timeouts)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)

@@ -20,6 +20,9 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
+// apiVersion is the one EC2 API version fakecloud speaks.
+const apiVersion = "2016-11-15"
+
 // maxBody bounds a request body; EC2 Query requests are small.
 const maxBody = 1 << 20
 
@@ -81,6 +84,7 @@ func New(opts Options) *Handler {
 		"DeleteTags":                   h.deleteTags,
 		"DescribeInstances":            h.describeInstances,
 		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
+		"DescribeInstanceTypes":        h.describeInstanceTypes,
 	}
 	reg := opts.Registry
 	if reg == nil {
@@ -155,12 +159,25 @@ func (h *Handler) handle(r *http.Request) (string, response, error) {
 	if !ok {
 		return action, nil, ec2err.New(ec2err.CodeInvalidAction, "The action %s is not valid for this web service.", action)
 	}
+	switch v := form.Get("Version"); {
+	case v == "":
+		return action, nil, ec2err.Missing("Version")
+	case v != apiVersion:
+		return action, nil, ec2err.New(ec2err.CodeNoSuchVersion, "The requested version (%s) of service AmazonEC2 does not exist", v)
+	}
 	if h.faults != nil {
 		if err := h.faults.Before(r.Context(), action); err != nil {
 			return action, nil, err
 		}
 	}
-	resp, err := fn(&params{v: form})
+	p := &params{v: form}
+	dryRun := p.boolean("DryRun")
+	resp, err := fn(p)
+	// Mutating actions answer DryRun themselves, before changing anything; reads answer it here, once the
+	// request has been checked in full.
+	if err == nil && dryRun {
+		return action, nil, ec2err.DryRun()
+	}
 	if h.faults != nil && err == nil {
 		if ferr := h.faults.After(action); ferr != nil {
 			return action, nil, ferr

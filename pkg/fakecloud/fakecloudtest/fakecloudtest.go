@@ -80,7 +80,11 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}
-	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: httptest.NewServer(srv.Handler)}
+	// The production server's timeouts, so tests meet the same limits as clients of the binary.
+	hs := httptest.NewUnstartedServer(srv.Handler)
+	hs.Config = fakecloud.NewHTTPServer(srv.Handler, fakecloud.Timeouts{})
+	hs.Start()
+	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: hs}
 	e.URL = e.http.URL
 	for _, in := range cloud.Instances {
 		e.Instances[in.Zone] = in.ID
