@@ -37,6 +37,8 @@ type options struct {
 	zones     string
 	instances string
 	keys      string
+	keysFile  string
+	tokenFile string
 	faultSpec faults.Spec
 	timeouts  fakecloud.Timeouts
 	cfg       fakecloud.Config
@@ -51,7 +53,10 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.cfg.Cloud.Region, "region", o.cfg.Cloud.Region, "region name")
 	flag.StringVar(&o.zones, "zones", "us-east-1a=use1-az1,us-east-1b=use1-az2,us-east-1c=use1-az4", "zones as NAME=ID,…")
 	flag.StringVar(&o.instances, "instances", "", "instances as ID=ZONE[:ATTACHMENT_LIMIT[:TYPE]],…; more can be registered at /admin/instances")
-	flag.StringVar(&o.keys, "access-keys", "", "turn on SigV4 checking with keys ACCESS_KEY_ID:SECRET,…")
+	flag.StringVar(&o.keys, "access-keys", "", "turn on SigV4 checking with keys ACCESS_KEY_ID:SECRET,… (also guards /admin)")
+	flag.StringVar(&o.keysFile, "access-keys-file", "", "file holding more keys as for --access-keys (comma or newline separated)")
+	flag.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token admitting /admin requests (prefer --admin-token-file)")
+	flag.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the admin bearer token")
 	flag.BoolVar(&o.cfg.NoSync, "no-fsync", false, "skip fsync of state changes (faster, loses the last changes on a crash)")
 	flag.DurationVar(&d.VolumeCreate, "create-duration", d.VolumeCreate, "time a volume spends creating")
 	flag.DurationVar(&d.VolumeDelete, "delete-duration", d.VolumeDelete, "time a volume spends deleting")
@@ -75,8 +80,26 @@ func parseFlags() (*options, error) {
 	if o.cfg.Cloud.Instances, err = parseInstances(o.instances); err != nil {
 		return nil, err
 	}
-	if o.cfg.AccessKeys, err = parsePairs(o.keys, ":"); err != nil {
+	keys := o.keys
+	if o.keysFile != "" {
+		raw, err := os.ReadFile(o.keysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--access-keys-file: %w", err)
+		}
+		keys += "," + strings.Join(strings.Fields(string(raw)), ",")
+	}
+	if o.cfg.AccessKeys, err = parsePairs(keys, ":"); err != nil {
 		return nil, fmt.Errorf("--access-keys: %w", err)
+	}
+	if o.tokenFile != "" {
+		raw, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		o.cfg.AdminToken = strings.TrimSpace(string(raw))
+		if o.cfg.AdminToken == "" {
+			return nil, fmt.Errorf("--admin-token-file %s is empty", o.tokenFile)
+		}
 	}
 	if o.cfg.Faults, err = o.faultSpec.Config(); err != nil {
 		return nil, err

@@ -36,6 +36,9 @@ type Config struct {
 	Faults  faults.Config
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
 	AccessKeys map[string]string
+	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
+	// /admin needs the token or a SigV4 signature by one of the keys; /healthz and /metrics stay open.
+	AdminToken string
 	// NoSync trades durability of the last change for speed (benchmarks).
 	NoSync bool
 	Clock  state.Clock
@@ -94,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
 	}
 	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
-		Admin: api.AdminRouter(s, faults.AdminHandler(inj))})
+		Admin: api.AdminRouter(s, faults.AdminHandler(inj)), AdminToken: cfg.AdminToken})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
 	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
 }

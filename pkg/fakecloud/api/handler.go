@@ -47,6 +47,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Admin serves the run-time admin endpoints under /admin (instances, faults); nil serves none.
 	Admin http.Handler
+	// AdminToken, when set, admits admin requests carrying it as a bearer token. Admin requests must carry it
+	// or a SigV4 signature Auth accepts whenever either is configured.
+	AdminToken string
 }
 
 type actionFunc func(*params) (response, error)
@@ -96,7 +99,7 @@ func New(opts Options) *Handler {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if opts.Admin != nil {
-		r.Mount("/admin", opts.Admin)
+		r.Mount("/admin", AdminGuard(opts.Auth, opts.AdminToken, opts.Admin))
 	}
 	r.Post("/", h.serveQuery)
 	r.Get("/", h.serveQuery)

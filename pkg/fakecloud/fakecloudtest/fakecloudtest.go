@@ -35,8 +35,10 @@ type Options struct {
 	Cloud     *state.Config
 	Durations state.Durations
 	Faults    faults.Config
-	// AccessKeys turn SigV4 checking on.
+	// AccessKeys turn SigV4 checking on (and guard /admin).
 	AccessKeys map[string]string
+	// AdminToken admits admin requests carrying it as a bearer token.
+	AdminToken string
 	NoSync     bool
 }
 
@@ -76,7 +78,7 @@ func Start(t testing.TB, o Options) *Env {
 		o.DataDir = t.TempDir()
 	}
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
-		AccessKeys: o.AccessKeys, NoSync: o.NoSync})
+		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync})
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}
