@@ -15,6 +15,7 @@ import (
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
@@ -104,6 +105,15 @@ func (e *Env) Close() {
 	e.closed = true
 	e.http.Close()
 	_ = e.Server.Close()
+}
+
+// IMDS serves the instance metadata service of instanceID until the test ends and returns its URL, as
+// fakecloud's --imds flag does on a listener of the instance's own.
+func (e *Env) IMDS(t testing.TB, instanceID string) string {
+	t.Helper()
+	hs := httptest.NewServer(imds.New(e.Server.State, instanceID).Router())
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 // EC2 returns a real SDK client for this cloud, retrying quickly so tests of throttling stay short.
