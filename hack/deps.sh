@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
 # Installs what this project needs from Debian's packages, only when something is missing, and fetches the Go
 # modules. Usage: hack/deps.sh demo|test
+#
+# Every program the driver, fakecloud, the tests and the scripts run is listed here with the package that ships
+# it (checked with `dpkg -S`); only Debian's Essential packages (coreutils, util-linux, findutils, grep, sed, tar,
+# gzip, bash, ...) are assumed. Programs that mount-utils runs for the driver count too (mount, umount, blkid,
+# fsck, mkfs.*, blockdev).
 set -euo pipefail
 
-need=(e2fsprogs:mkfs.ext4 e2fsprogs:resize2fs xfsprogs:mkfs.xfs xfsprogs:xfs_growfs util-linux:losetup util-linux:blkid util-linux:blockdev)
+# package:program. A program is looked up on PATH, or taken as a path when it starts with /.
+need=(
+	mount:mount mount:umount mount:losetup                 # the node's mounts; fakecloud's loop devices
+	util-linux:blkid util-linux:blockdev util-linux:fsck   # mount-utils' format detection and checks
+	e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck e2fsprogs:resize2fs e2fsprogs:dumpe2fs
+	xfsprogs:mkfs.xfs xfsprogs:xfs_growfs xfsprogs:xfs_info xfsprogs:xfs_io
+)
 if [[ "${1:-test}" == test ]]; then
-	need+=(awscli:/usr/bin/aws shellcheck:shellcheck curl:curl)
+	need+=(
+		fdisk:sfdisk             # node tests: a partition table the driver must refuse to format
+		awscli:/usr/bin/aws      # test/clients: AWS CLI v2
+		curl:curl                # test/clients, the kind script
+		mawk:awk                 # test/clients (Priority required, but not Essential)
+		shellcheck:shellcheck    # make lint
+	)
 fi
 
 missing=()
@@ -15,6 +32,11 @@ for item in "${need[@]}"; do
 		missing+=("$pkg")
 	fi
 done
+# test/clients runs boto3 with python3 from PATH; without one that has it, Debian's python3 with python3-boto3.
+if [[ "${1:-test}" == test ]] && ! python3 -c 'import boto3' >/dev/null 2>&1 &&
+	! /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; then
+	missing+=(python3 python3-boto3)
+fi
 if ((${#missing[@]})); then
 	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 	if [[ $(id -u) -ne 0 ]]; then

@@ -20,14 +20,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/internal/cli"
+	"github.com/diskforge/diskforge/internal/version"
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/driver"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
-
-// version is set at build time with -ldflags "-X main.version=…"; CSI sidecars need a non-empty one.
-var version = "v0.1.0-dev"
 
 const (
 	modeController = "controller"
@@ -42,6 +41,7 @@ type options struct {
 	nodeName, kubeconfig               string
 	maxVolumes                         int64
 	maxFormat                          int
+	common                             *cli.Flags
 }
 
 func envOr(key, def string) string {
@@ -66,14 +66,18 @@ func parseFlags() *options {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
 	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: the instance's attachment limit)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
-	klog.InitFlags(nil)
+	o.common = cli.AddFlags(flag.CommandLine, "driver")
 	flag.Parse()
 	return o
 }
 
 func main() {
 	o := parseFlags()
-	if err := run(o); err != nil {
+	done, err := o.common.Apply(os.Stdout)
+	if err == nil && !done {
+		err = run(o)
+	}
+	if err != nil {
 		klog.ErrorS(err, "Driver failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
@@ -109,7 +113,7 @@ func run(o *options) error {
 		}
 		services.Node = node
 	}
-	services.Identity = driver.NewIdentityServer(o.name, version, services.Controller != nil, nil)
+	services.Identity = driver.NewIdentityServer(o.name, version.Get().Version, services.Controller != nil, nil)
 	srv := driver.NewGRPCServer(services, reg)
 	lis, err := driver.Listen(o.endpoint)
 	if err != nil {
@@ -118,7 +122,7 @@ func run(o *options) error {
 	if o.httpEndpoint != "" {
 		go serveHTTP(ctx, o.httpEndpoint, reg)
 	}
-	klog.InfoS("Driver serving", "endpoint", o.endpoint, "mode", o.mode, "name", o.name, "version", version)
+	klog.InfoS("Driver serving", "endpoint", o.endpoint, "mode", o.mode, "name", o.name)
 	return driver.Serve(ctx, srv, lis, 30*time.Second)
 }
 

@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"testing"
@@ -30,4 +31,14 @@ func RequireTools(t testing.TB, names ...string) {
 		_, err := exec.LookPath(n)
 		SkipUnless(t, err, n+" is needed")
 	}
+}
+
+// RequireRoot skips (or fails in CI) unless the test runs as root; why names what needs it.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	var missing error
+	if os.Geteuid() != 0 {
+		missing = errors.New("not root")
+	}
+	SkipUnless(t, missing, why)
 }

@@ -96,9 +96,7 @@ func TestDeviceFinderTimeout(t *testing.T) {
 // sysfs are scratch copies; the node's numbers are those of a loop device, which is never opened.
 func TestDeviceFinderEBS(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("mknod needs root")
-	}
+	testutil.RequireRoot(t, "mknod needs root")
 	devDir, sysRoot := t.TempDir(), t.TempDir()
 	if err := unix.Mknod(filepath.Join(devDir, "nvme1n1"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
 		t.Fatal(err)

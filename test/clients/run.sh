@@ -10,7 +10,7 @@
 #   FAKECLOUD_BACKEND  loop or file (default: loop when root and /dev/loop-control exist, else file)
 #   AWS_CLI_V2         AWS CLI v2 binary (default /usr/bin/aws; required)
 #   AWS_CLI_V1         AWS CLI v1 binary (default: `aws` on PATH when it is v1; set to "" to skip it, ~30s)
-#   PYTHON             python with boto3 (default python3)
+#   PYTHON             python with boto3 (default python3 when it has boto3, else Debian's /usr/bin/python3)
 #   CLIENTS_INSTALL    1 (default): as root, apt-get install awscli when AWS_CLI_V2 is missing; 0 to refuse
 #
 # Each client gets its own fakecloud and data dir under one temp dir. Teardown (always, by trap) stops
@@ -27,7 +27,12 @@ REPO=$(cd "$HERE/../.." && pwd)
 
 INSTANCE_A=i-0123456789abcdef0
 INSTANCE_B=i-0fedcba9876543210
-PYTHON=${PYTHON:-python3}
+if [[ -z ${PYTHON:-} ]]; then
+	PYTHON=python3
+	if ! python3 -c 'import boto3' 2>/dev/null && [[ -x /usr/bin/python3 ]]; then
+		PYTHON=/usr/bin/python3 # hack/deps.sh installs python3-boto3 for it
+	fi
+fi
 AWS_CLI_V2=${AWS_CLI_V2:-/usr/bin/aws}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fakecloud-clients.XXXXXX")

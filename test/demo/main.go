@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/diskforge/diskforge/internal/hostclean"
+	"github.com/diskforge/diskforge/pkg/topology"
 )
 
 const (
@@ -196,7 +197,7 @@ func (d *demo) run(ctx context.Context, fsType string) error {
 	if err != nil {
 		return err
 	}
-	d.step("node %s in zone %v, up to %d volumes", info.GetNodeId(), info.GetAccessibleTopology().GetSegments(), info.GetMaxVolumesPerNode())
+	d.step("node %s in zone %s, up to %d volumes", info.GetNodeId(), info.GetAccessibleTopology().GetSegments()[topology.ZoneKey], info.GetMaxVolumesPerNode())
 	nodeTopology := []*csi.Topology{info.GetAccessibleTopology()}
 	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
@@ -209,7 +210,7 @@ func (d *demo) run(ctx context.Context, fsType string) error {
 	}
 	v := &volume{id: created.GetVolume().GetVolumeId(), volCtx: created.GetVolume().GetVolumeContext(), cap: capability,
 		staging: filepath.Join(d.dir, "staging", "data"), target: filepath.Join(d.dir, "pods", "writer", "data")}
-	d.step("CreateVolume: %s, %d GiB gp3 in %v", v.id, created.GetVolume().GetCapacityBytes()/gib, created.GetVolume().GetAccessibleTopology()[0].GetSegments())
+	d.step("CreateVolume: %s, %d GiB gp3 in zone %s", v.id, created.GetVolume().GetCapacityBytes()/gib, created.GetVolume().GetAccessibleTopology()[0].GetSegments()[topology.ZoneKey])
 	if err := d.attach(ctx, v, info.GetNodeId()); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
@@ -16,9 +17,7 @@ import (
 // find the device: the volume ID names the backing file <dataDir>/volumes/<volumeID>.img of a bound loop
 // device. Needs root and loop devices; skipped otherwise.
 func TestAttachBindsLoopDevice(t *testing.T) {
-	if err := blockdev.Available(); err != nil {
-		t.Skipf("loop devices unavailable: %v", err)
-	}
+	testutil.SkipUnless(t, blockdev.Available(), "loop devices are needed")
 	e := newTestEnv(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop})
 	d := e.mustCreate(t, "pvc-loop", cloud.DiskOptions{})
 	t.Cleanup(func() {
