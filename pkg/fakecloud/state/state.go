@@ -71,6 +71,10 @@ type State struct {
 	reserved       map[string]struct{}
 	tokensInFlight map[string]chan struct{}
 	copying        map[string]int
+	// removals are deleting volumes whose files are to be removed outside the lock; removing holds them until
+	// their records go, after the file (a crash in between replays the removal).
+	removals []string
+	removing map[string]struct{}
 
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
@@ -107,6 +111,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		reserved:       map[string]struct{}{},
 		tokensInFlight: map[string]chan struct{}{},
 		copying:        map[string]int{},
+		removing:       map[string]struct{}{},
 		pending:        map[pendingKey]struct{}{},
 		dirty:          map[pendingKey]struct{}{},
 		kick:           make(chan struct{}, 1),
@@ -285,15 +290,55 @@ func (s *State) flush() error {
 // mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
 // error: the client must not be told of a change that would not survive a restart.
 func (s *State) mutate(fn func(now time.Time) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advance(now)
-	fnErr := fn(now)
-	if err := s.commit(); err != nil {
+	var fnErr, err error
+	removals := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.clock.Now()
+		s.advance(now)
+		fnErr = fn(now)
+		err = s.commit()
+		return s.takeRemovals()
+	}()
+	s.removeVolumeFiles(removals)
+	if err != nil {
 		return internal(err)
 	}
 	return fnErr
+}
+
+// takeRemovals hands over the volume files whose records are committed as gone.
+func (s *State) takeRemovals() []string {
+	r := s.removals
+	s.removals = nil
+	return r
+}
+
+// removeVolumeFiles deletes the files (and any device left) of volumes whose deletion fell due, without the
+// state lock, then drops their records. A volume stays "deleting" until its file is gone.
+func (s *State) removeVolumeFiles(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := ioCtx()
+	defer cancel()
+	removed := make([]bool, len(ids))
+	for i, id := range ids {
+		err := s.backend.DeleteVolume(ctx, id)
+		if err != nil {
+			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", id)
+		}
+		removed[i] = err == nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		delete(s.removing, id)
+		if v, ok := s.volumes[id]; ok && removed[i] && v.State == VolumeDeleting {
+			s.dropVolume(v)
+		}
+	}
+	_ = s.commit()
 }
 
 // commit flushes the dirty records; when that fails, memory goes back to what the store holds, so nothing is
@@ -318,6 +363,8 @@ func (s *State) reload() error {
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
 	clear(s.pending)
 	clear(s.dirty)
+	clear(s.removing)
+	s.removals = nil
 	if err := s.load(); err != nil {
 		return err
 	}
@@ -392,7 +439,9 @@ func (s *State) run() {
 		s.advance(now)
 		_ = s.commit()
 		wait := s.nextWake(now)
+		removals := s.takeRemovals()
 		s.mu.Unlock()
+		s.removeVolumeFiles(removals)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:

@@ -75,13 +75,17 @@ func allAttached(v *Volume) bool {
 	return true
 }
 
+// finishDelete queues the removal of the volume's file, which runs outside the lock and then drops the record.
 func (s *State) finishDelete(v *Volume) bool {
-	ctx, cancel := backendCtx()
-	defer cancel()
-	if err := s.backend.DeleteVolume(ctx, v.ID); err != nil {
-		klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", v.ID)
-		return false
+	if _, queued := s.removing[v.ID]; !queued {
+		s.removing[v.ID] = struct{}{}
+		s.removals = append(s.removals, v.ID)
 	}
+	return false
+}
+
+// dropVolume forgets a deleted volume whose file is gone.
+func (s *State) dropVolume(v *Volume) {
 	delete(s.volumes, v.ID)
 	s.volumeIDs.remove(v.ID)
 	if v.ClientToken != "" {
@@ -93,7 +97,6 @@ func (s *State) finishDelete(v *Volume) bool {
 		s.markDirty(kindModification, v.ID)
 	}
 	klog.V(2).InfoS("Volume deleted", "volumeID", v.ID)
-	return true
 }
 
 func (s *State) advanceAttachments(now time.Time, v *Volume) {
