@@ -377,31 +377,27 @@ func (s *State) reload() error {
 func (s *State) removeOrphans() {
 	ctx, cancel := backendCtx()
 	defer cancel()
-	orphan := func(id string, known bool) bool {
-		_, inFlight := s.reserved[id]
-		return !known && !inFlight
+	kinds := []struct {
+		kind   string
+		list   func() ([]string, error)
+		known  func(id string) bool
+		remove func(ctx context.Context, id string) error
+	}{
+		{kindVolume, s.backend.VolumeIDs, func(id string) bool { _, ok := s.volumes[id]; return ok }, s.backend.DeleteVolume},
+		{kindSnapshot, s.backend.SnapshotIDs, func(id string) bool { _, ok := s.snapshots[id]; return ok }, s.backend.DeleteSnapshot},
 	}
-	vols, err := s.backend.VolumeIDs()
-	if err != nil {
-		klog.ErrorS(err, "Listing volume files failed")
-	}
-	for _, id := range vols {
-		if _, ok := s.volumes[id]; orphan(id, ok) {
-			klog.InfoS("Removing volume file without a record", "volumeID", id)
-			if err := s.backend.DeleteVolume(ctx, id); err != nil {
-				klog.ErrorS(err, "Removing orphan volume file failed", "volumeID", id)
-			}
+	for _, k := range kinds {
+		ids, err := k.list()
+		if err != nil {
+			klog.ErrorS(err, "Listing files failed", "kind", k.kind)
 		}
-	}
-	snaps, err := s.backend.SnapshotIDs()
-	if err != nil {
-		klog.ErrorS(err, "Listing snapshot files failed")
-	}
-	for _, id := range snaps {
-		if _, ok := s.snapshots[id]; orphan(id, ok) {
-			klog.InfoS("Removing snapshot file without a record", "snapshotID", id)
-			if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
-				klog.ErrorS(err, "Removing orphan snapshot file failed", "snapshotID", id)
+		for _, id := range ids {
+			if _, inFlight := s.reserved[id]; inFlight || k.known(id) {
+				continue
+			}
+			klog.InfoS("Removing a file without a record", "kind", k.kind, "id", id)
+			if err := k.remove(ctx, id); err != nil {
+				klog.ErrorS(err, "Removing a file without a record failed", "kind", k.kind, "id", id)
 			}
 		}
 	}
