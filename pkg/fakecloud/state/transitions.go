@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
 // advance moves every pending resource whose transition is due (and not held by a fault) to its next state.
@@ -176,6 +177,13 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 			ctx, cancel := backendCtx()
 			err := s.backend.ResizeVolume(ctx, id, gib(m.TargetSize))
 			cancel()
+			if capErr := capacityOrInternal(err, m.TargetSize); ec2err.HasCode(capErr, ec2err.CodeInsufficientVolumeCapacity) {
+				// No room to grow: the modification fails and the volume keeps its size, as on EBS.
+				klog.ErrorS(err, "Growing volume failed for lack of capacity", "volumeID", id)
+				m.State, m.StatusMessage, m.EndTime = ModFailed, ec2err.As(capErr).Message, now
+				s.markDirty(kindModification, id)
+				return true
+			}
 			if err != nil {
 				klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", id)
 				return false
