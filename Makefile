@@ -44,6 +44,7 @@ e2e-tools:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/fakecloud/loadbench/
 
 lint:
 	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -97,7 +98,21 @@ func TestFullDataDirectory(t *testing.T) {
 		t.Errorf("CreateVolume of 20000 GiB on ext4: %v, want InsufficientVolumeCapacity naming the file size limit", err)
 	}
 
-	ackVolumes, ackSnapshots := map[string]bool{}, map[string]bool{}
+	// Growing past it fails the modification and keeps the volume's size.
+	grown := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+	if _, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &grown, VolumeType: types.VolumeTypeGp3, Size: aws.Int32(20000)}); err != nil {
+		t.Fatal(err)
+	}
+	fakecloudtest.WaitFor(t, 10*time.Second, "modification failed", func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{VolumeIds: []string{grown}})
+		return err == nil && out.VolumesModifications[0].ModificationState == types.VolumeModificationStateFailed &&
+			strings.Contains(aws.ToString(out.VolumesModifications[0].StatusMessage), "largest file"), err
+	})
+	if v := describeVolume(t, c, grown); aws.ToInt32(v.Size) != 1 {
+		t.Errorf("volume whose growth failed has size %d, want 1", aws.ToInt32(v.Size))
+	}
+
+	ackVolumes, ackSnapshots := map[string]bool{grown: true}, map[string]bool{}
 	ackAttached := map[string]string{} // volume → device
 	// Volumes holding data, so that snapshots need space.
 	var withData []string
@@ -125,6 +140,12 @@ func TestFullDataDirectory(t *testing.T) {
 		}
 		id := aws.ToString(out.VolumeId)
 		ackVolumes[id] = true
+		if i%5 == 1 {
+			// An empty volume's snapshot needs no data blocks, only its record.
+			if out, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: aws.String(id)}); err == nil {
+				ackSnapshots[aws.ToString(out.SnapshotId)] = true
+			}
+		}
 		if i%5 == 0 {
 			dev := fmt.Sprintf("/dev/xvd%c%c", 'b'+i/26, 'a'+i%26)
 			if _, err := c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: &id, InstanceId: &inst, Device: &dev}); err == nil {
@@ -132,15 +153,20 @@ func TestFullDataDirectory(t *testing.T) {
 			}
 		}
 	}
+	snapCodes := map[string]int{}
 	for _, id := range withData {
-		if out, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: aws.String(id)}); err == nil {
+		out, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: aws.String(id)})
+		if err == nil {
 			ackSnapshots[aws.ToString(out.SnapshotId)] = true
-		} else if code := codeOf(err); code != "InsufficientVolumeCapacity" && code != "InternalError" {
+			continue
+		}
+		snapCodes[codeOf(err)]++
+		if code := codeOf(err); code != "InsufficientVolumeCapacity" && code != "InternalError" {
 			t.Errorf("CreateSnapshot on a full disk: %v", err)
 		}
 	}
-	t.Logf("on the full disk: %d creates refused (%d with InsufficientVolumeCapacity), %d volumes, %d attachments, %d snapshots acknowledged",
-		refused, capacity, len(ackVolumes), len(ackAttached), len(ackSnapshots))
+	t.Logf("on the full disk: %d creates refused (%d with InsufficientVolumeCapacity), %d volumes, %d attachments, %d snapshots acknowledged; snapshots of volumes holding data refused with %v",
+		refused, capacity, len(ackVolumes), len(ackAttached), len(ackSnapshots), snapCodes)
 	if refused == 0 {
 		t.Errorf("no create was refused on a full filesystem: the test did not exercise failing commits")
 	}

@@ -71,6 +71,10 @@ type State struct {
 	reserved       map[string]struct{}
 	tokensInFlight map[string]chan struct{}
 	copying        map[string]int
+	// removals are deleting volumes whose files are to be removed outside the lock; removing holds them until
+	// their records go, after the file (a crash in between replays the removal).
+	removals []string
+	removing map[string]struct{}
 
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
@@ -107,6 +111,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		reserved:       map[string]struct{}{},
 		tokensInFlight: map[string]chan struct{}{},
 		copying:        map[string]int{},
+		removing:       map[string]struct{}{},
 		pending:        map[pendingKey]struct{}{},
 		dirty:          map[pendingKey]struct{}{},
 		kick:           make(chan struct{}, 1),
@@ -285,15 +290,55 @@ func (s *State) flush() error {
 // mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
 // error: the client must not be told of a change that would not survive a restart.
 func (s *State) mutate(fn func(now time.Time) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advance(now)
-	fnErr := fn(now)
-	if err := s.commit(); err != nil {
+	var fnErr, err error
+	removals := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.clock.Now()
+		s.advance(now)
+		fnErr = fn(now)
+		err = s.commit()
+		return s.takeRemovals()
+	}()
+	s.removeVolumeFiles(removals)
+	if err != nil {
 		return internal(err)
 	}
 	return fnErr
+}
+
+// takeRemovals hands over the volume files whose records are committed as gone.
+func (s *State) takeRemovals() []string {
+	r := s.removals
+	s.removals = nil
+	return r
+}
+
+// removeVolumeFiles deletes the files (and any device left) of volumes whose deletion fell due, without the
+// state lock, then drops their records. A volume stays "deleting" until its file is gone.
+func (s *State) removeVolumeFiles(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := ioCtx()
+	defer cancel()
+	removed := make([]bool, len(ids))
+	for i, id := range ids {
+		err := s.backend.DeleteVolume(ctx, id)
+		if err != nil {
+			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", id)
+		}
+		removed[i] = err == nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		delete(s.removing, id)
+		if v, ok := s.volumes[id]; ok && removed[i] && v.State == VolumeDeleting {
+			s.dropVolume(v)
+		}
+	}
+	_ = s.commit()
 }
 
 // commit flushes the dirty records; when that fails, memory goes back to what the store holds, so nothing is
@@ -318,6 +363,8 @@ func (s *State) reload() error {
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
 	clear(s.pending)
 	clear(s.dirty)
+	clear(s.removing)
+	s.removals = nil
 	if err := s.load(); err != nil {
 		return err
 	}
@@ -330,31 +377,27 @@ func (s *State) reload() error {
 func (s *State) removeOrphans() {
 	ctx, cancel := backendCtx()
 	defer cancel()
-	orphan := func(id string, known bool) bool {
-		_, inFlight := s.reserved[id]
-		return !known && !inFlight
+	kinds := []struct {
+		kind   string
+		list   func() ([]string, error)
+		known  func(id string) bool
+		remove func(ctx context.Context, id string) error
+	}{
+		{kindVolume, s.backend.VolumeIDs, func(id string) bool { _, ok := s.volumes[id]; return ok }, s.backend.DeleteVolume},
+		{kindSnapshot, s.backend.SnapshotIDs, func(id string) bool { _, ok := s.snapshots[id]; return ok }, s.backend.DeleteSnapshot},
 	}
-	vols, err := s.backend.VolumeIDs()
-	if err != nil {
-		klog.ErrorS(err, "Listing volume files failed")
-	}
-	for _, id := range vols {
-		if _, ok := s.volumes[id]; orphan(id, ok) {
-			klog.InfoS("Removing volume file without a record", "volumeID", id)
-			if err := s.backend.DeleteVolume(ctx, id); err != nil {
-				klog.ErrorS(err, "Removing orphan volume file failed", "volumeID", id)
-			}
+	for _, k := range kinds {
+		ids, err := k.list()
+		if err != nil {
+			klog.ErrorS(err, "Listing files failed", "kind", k.kind)
 		}
-	}
-	snaps, err := s.backend.SnapshotIDs()
-	if err != nil {
-		klog.ErrorS(err, "Listing snapshot files failed")
-	}
-	for _, id := range snaps {
-		if _, ok := s.snapshots[id]; orphan(id, ok) {
-			klog.InfoS("Removing snapshot file without a record", "snapshotID", id)
-			if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
-				klog.ErrorS(err, "Removing orphan snapshot file failed", "snapshotID", id)
+		for _, id := range ids {
+			if _, inFlight := s.reserved[id]; inFlight || k.known(id) {
+				continue
+			}
+			klog.InfoS("Removing a file without a record", "kind", k.kind, "id", id)
+			if err := k.remove(ctx, id); err != nil {
+				klog.ErrorS(err, "Removing a file without a record failed", "kind", k.kind, "id", id)
 			}
 		}
 	}
@@ -392,7 +435,9 @@ func (s *State) run() {
 		s.advance(now)
 		_ = s.commit()
 		wait := s.nextWake(now)
+		removals := s.takeRemovals()
 		s.mu.Unlock()
+		s.removeVolumeFiles(removals)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
