@@ -74,6 +74,7 @@ func New(opts Options) *Handler {
 	}
 	h.actions = map[string]actionFunc{
 		"CreateVolume":                 h.createVolume,
+		"CopyVolumes":                  h.copyVolumes,
 		"DeleteVolume":                 h.deleteVolume,
 		"DescribeVolumes":              h.describeVolumes,
 		"AttachVolume":                 h.attachVolume,

@@ -54,6 +54,8 @@ type Volume struct {
 	Encrypted   bool         `json:"encrypted,omitempty"`
 	KmsKeyID    string       `json:"kmsKeyId,omitempty"`
 	SnapshotID  string       `json:"snapshotId,omitempty"`
+	// SourceVolumeID is the volume this one is a copy of (CopyVolumes).
+	SourceVolumeID string `json:"sourceVolumeId,omitempty"`
 	MultiAttach bool         `json:"multiAttach,omitempty"`
 	State       string       `json:"state"`
 	CreateTime  time.Time    `json:"createTime"`

@@ -26,7 +26,9 @@ type CreateVolumeInput struct {
 	Encrypted   bool
 	KmsKeyID    string
 	SnapshotID  string
-	Zone        string
+	// SourceVolumeID makes the volume a copy of another (CopyVolumes): same zone, its bytes, its size or more.
+	SourceVolumeID string
+	Zone           string
 	ZoneID      string
 	MultiAttach bool
 	Tags        []Tag
@@ -66,7 +68,7 @@ func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
 		switch {
 		case err != nil:
 			if planned != nil {
-				s.withLock(func() { s.unreserve(planned.ID, in.ClientToken) })
+				s.withLock(func() { s.release(planned, in.ClientToken) })
 			}
 			return Volume{}, err
 		case wait != nil:
@@ -83,9 +85,12 @@ func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
 // planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken,
 // or a channel to wait on when a request with the same token is in flight.
 func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error) {
-	zone, err := s.resolveZone(in.Zone, in.ZoneID)
-	if err != nil {
-		return nil, nil, err
+	var zone string
+	var err error
+	if in.SourceVolumeID == "" {
+		if zone, err = s.resolveZone(in.Zone, in.ZoneID); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(in.ClientToken) > maxClientToken {
 		return nil, nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
@@ -128,6 +133,10 @@ func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error)
 	}
 	v.ID = s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; return ok })
 	s.reserved[v.ID] = struct{}{}
+	if v.SourceVolumeID != "" {
+		// The copy holds the source's transitions (a delete waits) until its file is made.
+		s.copying[v.SourceVolumeID]++
+	}
 	if in.ClientToken != "" {
 		s.tokensInFlight[in.ClientToken] = make(chan struct{})
 	}
@@ -138,18 +147,24 @@ func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error)
 func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
 	ctx, cancel := ioCtx()
 	var err error
-	if v.SnapshotID != "" {
+	switch {
+	case v.SnapshotID != "":
 		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
-	} else {
+	case v.SourceVolumeID != "":
+		err = s.backend.CopyVolume(ctx, v.ID, v.SourceVolumeID, gib(v.SizeGiB))
+	default:
 		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
 	}
 	cancel()
 	var out Volume
 	merr := s.mutate(func(now time.Time) error {
 		// The reservation ends first, so that a failed commit removes the file as an orphan.
-		s.unreserve(v.ID, in.ClientToken)
+		s.release(v, in.ClientToken)
 		if err != nil {
 			klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
+			if errors.Is(err, blockdev.ErrNotFound) && v.SourceVolumeID != "" {
+				return notFound(ec2err.CodeInvalidVolumeNotFound, "volume", []string{v.SourceVolumeID})
+			}
 			if errors.Is(err, blockdev.ErrNotFound) {
 				return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
 			}
@@ -166,7 +181,8 @@ func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
 		s.markDirty(kindVolume, v.ID)
 		s.markPending(kindVolume, v.ID)
 		out = v.view()
-		klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", v.Zone, "type", v.Type, "sizeGiB", v.SizeGiB, "snapshotID", v.SnapshotID)
+		klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", v.Zone, "type", v.Type, "sizeGiB", v.SizeGiB,
+			"snapshotID", v.SnapshotID, "sourceVolumeID", v.SourceVolumeID)
 		return nil
 	})
 	return out, merr
@@ -186,8 +202,22 @@ func capacityOrInternal(err error, sizeGiB int32) error {
 	return internal(err)
 }
 
-// applySource sets the size (and encryption) from the request and the snapshot it restores, if any.
+// release ends a planned volume's reservation and its hold on the volume it copies.
+func (s *State) release(v *Volume, token string) {
+	s.unreserve(v.ID, token)
+	if src := v.SourceVolumeID; src != "" {
+		if s.copying[src]--; s.copying[src] <= 0 {
+			delete(s.copying, src)
+		}
+	}
+}
+
+// applySource sets the size (and encryption) from the request and the snapshot it restores or the volume it
+// copies, if any.
 func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
+	if in.SourceVolumeID != "" {
+		return s.applySourceVolume(v, in)
+	}
 	if in.SnapshotID == "" {
 		if in.SizeGiB == nil {
 			return ec2err.Missing("size")
@@ -214,6 +244,30 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 		v.Encrypted = true
 		if v.KmsKeyID == "" {
 			v.KmsKeyID = sn.KmsKeyID
+		}
+	}
+	return nil
+}
+
+// applySourceVolume: a copy lives in its source's zone, has at least its size and inherits its encryption. The
+// source may be attached (the copy is crash-consistent), but not creating or deleting.
+func (s *State) applySourceVolume(v *Volume, in CreateVolumeInput) error {
+	src, err := s.settledVolume(in.SourceVolumeID)
+	if err != nil {
+		return err
+	}
+	v.SourceVolumeID, v.Zone, v.SizeGiB = src.ID, src.Zone, src.SizeGiB
+	if in.SizeGiB != nil {
+		if *in.SizeGiB < src.SizeGiB {
+			return ec2err.New(ec2err.CodeInvalidParameterValue,
+				"The size of the volume copy (%dGiB) must be at least the size of the source volume '%s' (%dGiB).", *in.SizeGiB, src.ID, src.SizeGiB)
+		}
+		v.SizeGiB = *in.SizeGiB
+	}
+	if src.Encrypted {
+		v.Encrypted = true
+		if v.KmsKeyID == "" {
+			v.KmsKeyID = src.KmsKeyID
 		}
 	}
 	return nil
