@@ -19,21 +19,21 @@ import (
 
 // CreateVolumeInput is CreateVolume's request.
 type CreateVolumeInput struct {
-	SizeGiB     *int32
-	VolumeType  string
-	Iops        *int32
-	Throughput  *int32
-	Encrypted   bool
-	KmsKeyID    string
-	SnapshotID  string
+	SizeGiB    *int32
+	VolumeType string
+	Iops       *int32
+	Throughput *int32
+	Encrypted  bool
+	KmsKeyID   string
+	SnapshotID string
 	// SourceVolumeID makes the volume a copy of another (CopyVolumes): same zone, its bytes, its size or more.
 	SourceVolumeID string
 	Zone           string
-	ZoneID      string
-	MultiAttach bool
-	Tags        []Tag
-	ClientToken string
-	DryRun      bool
+	ZoneID         string
+	MultiAttach    bool
+	Tags           []Tag
+	ClientToken    string
+	DryRun         bool
 }
 
 // hash fingerprints the parameters a ClientToken binds, so a retry can be told from a different request.
