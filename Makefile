@@ -48,6 +48,7 @@ e2e-tools:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/fakecloud/loadbench/
 	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
 	$(GO) run ./test/bench modify --bin $(BIN)
 	$(GO) run ./test/bench node --bin $(BIN)

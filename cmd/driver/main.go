@@ -22,9 +22,9 @@ import (
 
 	"github.com/diskforge/diskforge/internal/cli"
 	"github.com/diskforge/diskforge/internal/version"
-	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/driver"
+	"github.com/diskforge/diskforge/pkg/instancetypes"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
 
@@ -39,6 +39,8 @@ type options struct {
 	cloud                              ec2cloud.Options
 	node                               topology.NodeIdentity
 	nodeName, kubeconfig               string
+	imdsEndpoint                       string
+	imds                               bool
 	maxVolumes                         int64
 	maxFormat                          int
 	common                             *cli.Flags
@@ -62,9 +64,12 @@ func parseFlags() *options {
 	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
 	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
 	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")
+	flag.StringVar(&o.node.InstanceType, "instance-type", os.Getenv("INSTANCE_TYPE"), "this node's instance type, for its volume limit (node mode)")
+	flag.BoolVar(&o.imds, "imds", true, "read what flags and the Node leave unknown from the instance metadata service (node mode)")
+	flag.StringVar(&o.imdsEndpoint, "imds-endpoint", os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"), "instance metadata service URL (default: the SDK's, 169.254.169.254)")
 	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes Node to read the instance ID and zone from when the flags do not give them")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
-	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: the instance's attachment limit)")
+	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes it booted with)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
 	o.common = cli.AddFlags(flag.CommandLine, "driver")
 	flag.Parse()
@@ -94,20 +99,16 @@ func run(o *options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.cloud.Registerer = reg
 
-	var c cloud.Cloud
 	services := driver.Services{}
-	if o.mode != modeNode || o.maxVolumes == 0 {
-		ec2, err := ec2cloud.New(ctx, o.cloud)
+	if o.mode != modeNode {
+		c, err := ec2cloud.New(ctx, o.cloud)
 		if err != nil {
 			return fmt.Errorf("cloud: %w", err)
 		}
-		c = ec2
-	}
-	if o.mode != modeNode {
 		services.Controller = driver.NewControllerServer(c)
 	}
 	if o.mode != modeController {
-		node, err := newNode(ctx, o, c)
+		node, err := newNode(ctx, o)
 		if err != nil {
 			return err
 		}
@@ -126,10 +127,14 @@ func run(o *options) error {
 	return driver.Serve(ctx, srv, lis, 30*time.Second)
 }
 
-func newNode(ctx context.Context, o *options, c cloud.Cloud) (*driver.NodeServer, error) {
-	var fallbacks []func(context.Context) (topology.NodeIdentity, error)
+// newNode learns who the node is from flags, then its Kubernetes Node, then the instance metadata service, and its
+// volume limit from its instance type: it never calls the cloud's API, so nodes need no cloud credentials.
+func newNode(ctx context.Context, o *options) (*driver.NodeServer, error) {
+	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var fromNode []func(context.Context) (topology.NodeIdentity, error)
 	if o.nodeName != "" {
-		fallbacks = append(fallbacks, func(ctx context.Context) (topology.NodeIdentity, error) {
+		fromNode = append(fromNode, func(ctx context.Context) (topology.NodeIdentity, error) {
 			client, err := kubeClient(o.kubeconfig)
 			if err != nil {
 				return topology.NodeIdentity{}, err
@@ -137,19 +142,31 @@ func newNode(ctx context.Context, o *options, c cloud.Cloud) (*driver.NodeServer
 			return topology.NodeLabels(ctx, client, o.nodeName)
 		})
 	}
-	id, err := topology.Resolve(ctx, o.node, fallbacks...)
-	if err != nil {
-		return nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name): %w", err)
-	}
-	limit := o.maxVolumes
-	if limit == 0 {
-		inst, err := c.GetInstance(ctx, id.InstanceID)
-		if err != nil {
-			return nil, fmt.Errorf("read instance %s for its attachment limit (or set --max-volumes-per-node): %w", id.InstanceID, err)
+	id, err := topology.Resolve(lookupCtx, o.node, fromNode...)
+	// Instance metadata is asked only for what flags and the Node left unknown: for the type only when its
+	// address is given, since outside EC2 the default address does not answer and the type has a fallback.
+	if o.imds && (err != nil || (id.InstanceType == "" && o.imdsEndpoint != "")) {
+		nodeErr := err
+		id, err = topology.Resolve(lookupCtx, id, func(ctx context.Context) (topology.NodeIdentity, error) {
+			return topology.FromIMDS(ctx, o.imdsEndpoint)
+		})
+		if err != nil && nodeErr != nil && len(fromNode) > 0 {
+			err = fmt.Errorf("%w; from the Node: %w", err, nodeErr)
 		}
-		limit = int64(inst.AttachmentLimit)
 	}
-	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "maxVolumes", limit)
+	if err != nil {
+		return nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name, or serve instance metadata): %w", err)
+	}
+	limit, known := id.VolumeLimit()
+	if !known {
+		klog.InfoS("Instance type unknown; using the default type's volume limit", "instanceType", id.InstanceType,
+			"default", instancetypes.Default, "limit", limit)
+	}
+	if o.maxVolumes > 0 {
+		limit = o.maxVolumes
+	}
+	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "instanceType", id.InstanceType,
+		"bootVolumes", id.BootVolumes, "maxVolumes", limit)
 	return driver.NewNodeServer(driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit, MaxConcurrentFormat: o.maxFormat})
 }
 

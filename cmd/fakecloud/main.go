@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
@@ -36,7 +38,11 @@ type options struct {
 	zones     string
 	instances string
 	keys      string
+	keysFile  string
+	tokenFile string
+	imds      map[string]string
 	faultSpec faults.Spec
+	timeouts  fakecloud.Timeouts
 	cfg       fakecloud.Config
 }
 
@@ -48,8 +54,11 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.cfg.Backend, "backend", fakecloud.BackendAuto, "block backend: loop, file, or auto (loop where root and /dev/loop-control exist)")
 	flag.StringVar(&o.cfg.Cloud.Region, "region", o.cfg.Cloud.Region, "region name")
 	flag.StringVar(&o.zones, "zones", "us-east-1a=use1-az1,us-east-1b=use1-az2,us-east-1c=use1-az4", "zones as NAME=ID,…")
-	flag.StringVar(&o.instances, "instances", "", "instances as ID=ZONE[:ATTACHMENT_LIMIT[:TYPE]],…; more can be registered at /admin/instances")
-	flag.StringVar(&o.keys, "access-keys", "", "turn on SigV4 checking with keys ACCESS_KEY_ID:SECRET,…")
+	flag.StringVar(&o.instances, "instances", "", "instances as ID=ZONE[:ATTACHMENT_LIMIT[:TYPE]],… (ID=ZONE::TYPE takes the type's limit); more can be registered at /admin/instances")
+	flag.StringVar(&o.keys, "access-keys", "", "turn on SigV4 checking with keys ACCESS_KEY_ID:SECRET,… (also guards /admin)")
+	flag.StringVar(&o.keysFile, "access-keys-file", "", "file holding more keys as for --access-keys (comma or newline separated)")
+	flag.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token admitting /admin requests (prefer --admin-token-file)")
+	flag.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the admin bearer token")
 	flag.BoolVar(&o.cfg.NoSync, "no-fsync", false, "skip fsync of state changes (faster, loses the last changes on a crash)")
 	flag.DurationVar(&d.VolumeCreate, "create-duration", d.VolumeCreate, "time a volume spends creating")
 	flag.DurationVar(&d.VolumeDelete, "delete-duration", d.VolumeDelete, "time a volume spends deleting")
@@ -60,7 +69,10 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&d.Snapshot, "snapshot-duration", d.Snapshot, "time a snapshot spends pending")
 	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")
 	flag.DurationVar(&o.cfg.Cloud.ModificationWindow, "modification-window", 0, "rolling window of the modification limit (EBS: 24h)")
-	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", state.DefaultAttachmentLimit, "volumes an instance can hold when it names no limit")
+	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", 0, "volumes an instance can hold when it names no limit; 0 for its instance type's limit (m5.large: 26)")
+	flag.DurationVar(&o.timeouts.ReadHeader, "read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
+	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")
+	imdsSpec := flag.String("imds", "", "serve the instance metadata service (IMDSv2) of instances as ID=ADDRESS,…, one listener each")
 	o.faultSpec.RegisterFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -71,8 +83,29 @@ func parseFlags() (*options, error) {
 	if o.cfg.Cloud.Instances, err = parseInstances(o.instances); err != nil {
 		return nil, err
 	}
-	if o.cfg.AccessKeys, err = parsePairs(o.keys, ":"); err != nil {
+	keys := o.keys
+	if o.keysFile != "" {
+		raw, err := os.ReadFile(o.keysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--access-keys-file: %w", err)
+		}
+		keys += "," + strings.Join(strings.Fields(string(raw)), ",")
+	}
+	if o.cfg.AccessKeys, err = parsePairs(keys, ":"); err != nil {
 		return nil, fmt.Errorf("--access-keys: %w", err)
+	}
+	if o.tokenFile != "" {
+		raw, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		o.cfg.AdminToken = strings.TrimSpace(string(raw))
+		if o.cfg.AdminToken == "" {
+			return nil, fmt.Errorf("--admin-token-file %s is empty", o.tokenFile)
+		}
+	}
+	if o.imds, err = parsePairs(*imdsSpec, "="); err != nil {
+		return nil, fmt.Errorf("--imds: %w", err)
 	}
 	if o.cfg.Faults, err = o.faultSpec.Config(); err != nil {
 		return nil, err
@@ -94,28 +127,51 @@ func run() error {
 			klog.ErrorS(err, "Closing fakecloud")
 		}
 	}()
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return err
+	// The EC2 API and, for each instance named by --imds, its metadata service on a listener of its own.
+	type endpoint struct {
+		what, addr string
+		handler    http.Handler
 	}
-	httpSrv := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: fakecloud.ShutdownTimeout}
+	endpoints := []endpoint{{"EC2 API", o.listen, srv.Handler}}
+	for id, addr := range o.imds {
+		endpoints = append(endpoints, endpoint{"instance metadata of " + id, addr, imds.New(srv.State, id).Router()})
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
-	klog.InfoS("Serving EC2 API", "address", ln.Addr().String(), "backend", srv.BackendName)
+	errc := make(chan error, len(endpoints))
+	var servers []*http.Server
+	for _, ep := range endpoints {
+		ln, err := net.Listen("tcp", ep.addr)
+		if err != nil {
+			shutdown(servers)
+			return fmt.Errorf("%s: %w", ep.what, err)
+		}
+		hs := fakecloud.NewHTTPServer(ep.handler, o.timeouts)
+		servers = append(servers, hs)
+		go func() { errc <- hs.Serve(ln) }()
+		klog.InfoS("Serving", "what", ep.what, "address", ln.Addr().String(), "backend", srv.BackendName)
+	}
 	select {
 	case err := <-errc:
+		shutdown(servers)
 		return err
 	case <-ctx.Done():
 	}
 	klog.InfoS("Shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), fakecloud.ShutdownTimeout)
+	return shutdown(servers)
+}
+
+// shutdown stops every server gracefully within fakecloud.ShutdownTimeout.
+func shutdown(servers []*http.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), fakecloud.ShutdownTimeout)
 	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func parsePairs(spec, sep string) (map[string]string, error) {
@@ -160,7 +216,7 @@ func parseInstances(spec string) ([]state.InstanceSpec, error) {
 		}
 		parts := strings.Split(rest, ":")
 		in := state.InstanceSpec{ID: id, Zone: parts[0]}
-		if len(parts) > 1 {
+		if len(parts) > 1 && parts[1] != "" { // ID=ZONE::TYPE: the type's own limit
 			n, err := strconv.Atoi(parts[1])
 			if err != nil || n <= 0 {
 				return nil, fmt.Errorf("--instances: bad attachment limit in %q", item)

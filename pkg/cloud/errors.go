@@ -19,6 +19,9 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrLimitExceeded: a quota or limit was reached (disks, attachments per instance, IOPS, snapshots).
 	ErrLimitExceeded = errors.New("limit exceeded")
+	// ErrInsufficientCapacity: the cloud has no room for the disk now (EC2's InsufficientVolumeCapacity). Unlike
+	// ErrUnavailable it is not retried at once: the request may fit elsewhere or later.
+	ErrInsufficientCapacity = errors.New("insufficient capacity")
 	// ErrZoneMismatch: the disk and the instance are in different zones.
 	ErrZoneMismatch = errors.New("zone mismatch")
 	// ErrInUse: the disk is attached elsewhere (or, for a snapshot, in use by a disk or image).

@@ -29,7 +29,7 @@ func codeFor(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter):
 		return codes.InvalidArgument
-	case errors.Is(err, cloud.ErrLimitExceeded):
+	case errors.Is(err, cloud.ErrLimitExceeded), errors.Is(err, cloud.ErrInsufficientCapacity):
 		return codes.ResourceExhausted
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
 		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged), errors.Is(err, errStagedAsFilesystem),

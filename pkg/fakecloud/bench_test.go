@@ -60,7 +60,7 @@ func BenchmarkDescribeVolumesPage(b *testing.B) {
 		var lat []time.Duration
 		for b.Loop() {
 			start := time.Now()
-			resp, err := http.Post(env.URL+"/", "application/x-www-form-urlencoded", strings.NewReader("Action=DescribeVolumes&MaxResults=500"))
+			resp, err := http.Post(env.URL+"/", "application/x-www-form-urlencoded", strings.NewReader("Action=DescribeVolumes&Version=2016-11-15&MaxResults=500"))
 			if err != nil {
 				b.Fatal(err)
 			}

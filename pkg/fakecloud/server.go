@@ -36,6 +36,9 @@ type Config struct {
 	Faults  faults.Config
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
 	AccessKeys map[string]string
+	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
+	// /admin needs the token or a SigV4 signature by one of the keys; /healthz and /metrics stay open.
+	AdminToken string
 	// NoSync trades durability of the last change for speed (benchmarks).
 	NoSync bool
 	Clock  state.Clock
@@ -94,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
 	}
 	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
-		Admin: api.AdminRouter(s, faults.AdminHandler(inj))})
+		Admin: api.AdminRouter(s, faults.AdminHandler(inj)), AdminToken: cfg.AdminToken})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
 	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
 }
@@ -131,3 +134,33 @@ func (s *Server) Close() error {
 
 // ShutdownTimeout bounds a graceful HTTP shutdown.
 const ShutdownTimeout = 10 * time.Second
+
+// Timeouts bound how long a client may take to send a request, so slow or stalled connections (a body
+// trickling in byte by byte) cannot hold the server's connections open. Zero fields take the defaults.
+type Timeouts struct {
+	// ReadHeader bounds the request line and headers. Default 10s.
+	ReadHeader time.Duration
+	// Read bounds the whole request, body included. Default 30s: EC2 Query bodies are at most a few KiB.
+	Read time.Duration
+	// Idle bounds a kept-alive connection between requests. Default 2m.
+	Idle time.Duration
+}
+
+// NewHTTPServer is the http.Server fakecloud serves on. No write timeout: a restore copies a whole snapshot
+// before its reply, and the client's own timeout governs that wait.
+func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cmpOr(t.ReadHeader, 10*time.Second),
+		ReadTimeout:       cmpOr(t.Read, 30*time.Second),
+		IdleTimeout:       cmpOr(t.Idle, 2*time.Minute),
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

@@ -10,10 +10,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// NodeIdentity is who a node is to the cloud: its instance ID and zone.
+// NodeIdentity is who a node is to the cloud: its instance ID, zone and instance type, and how many volumes the
+// instance had when it booted (they take attachment slots the driver cannot use).
 type NodeIdentity struct {
-	InstanceID string
-	Zone       string
+	InstanceID   string
+	Zone         string
+	InstanceType string
+	BootVolumes  int
+}
+
+// complete reports whether every field a source can tell is known.
+func (id NodeIdentity) complete() bool {
+	return id.InstanceID != "" && id.Zone != "" && id.InstanceType != ""
 }
 
 // ErrUnknownIdentity means no source told the node's instance ID or zone.
@@ -22,9 +30,15 @@ var ErrUnknownIdentity = errors.New("node identity unknown")
 // InstanceIDLabel is a Node label that may carry the instance ID when the provider ID does not.
 const InstanceIDLabel = "node.diskforge.io/instance-id"
 
+// Well-known Node labels of the instance type, current and deprecated.
+const (
+	InstanceTypeLabel     = "node.kubernetes.io/instance-type"
+	BetaInstanceTypeLabel = "beta.kubernetes.io/instance-type"
+)
+
 // NodeLabels reads a node's identity from its Kubernetes Node object: the instance ID from the provider ID
 // (aws:///ZONE/INSTANCE, or the last path element of any provider ID) or the InstanceIDLabel, the zone from the
-// well-known zone label or the driver's own.
+// well-known zone label or the driver's own, the instance type from the well-known label.
 func NodeLabels(ctx context.Context, client kubernetes.Interface, nodeName string) (NodeIdentity, error) {
 	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
@@ -38,16 +52,20 @@ func NodeLabels(ctx context.Context, client kubernetes.Interface, nodeName strin
 	if id.Zone == "" {
 		id.Zone = node.Labels[ZoneKey]
 	}
+	id.InstanceType = node.Labels[InstanceTypeLabel]
+	if id.InstanceType == "" {
+		id.InstanceType = node.Labels[BetaInstanceTypeLabel]
+	}
 	return id, nil
 }
 
-// Resolve completes explicit identity (flags, environment) from fallback sources in order, stopping once both
-// fields are known.
+// Resolve completes explicit identity (flags, environment) from fallback sources in order, stopping once every
+// field is known. Instance ID and zone are required; an unknown instance type is left empty.
 func Resolve(ctx context.Context, explicit NodeIdentity, fallbacks ...func(context.Context) (NodeIdentity, error)) (NodeIdentity, error) {
 	id := explicit
 	var errs []error
 	for _, fb := range fallbacks {
-		if id.InstanceID != "" && id.Zone != "" {
+		if id.complete() {
 			break
 		}
 		got, err := fb(ctx)
@@ -60,6 +78,9 @@ func Resolve(ctx context.Context, explicit NodeIdentity, fallbacks ...func(conte
 		}
 		if id.Zone == "" {
 			id.Zone = got.Zone
+		}
+		if id.InstanceType == "" {
+			id.InstanceType, id.BootVolumes = got.InstanceType, got.BootVolumes
 		}
 	}
 	if id.InstanceID == "" || id.Zone == "" {

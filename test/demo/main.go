@@ -30,7 +30,9 @@ import (
 const (
 	instanceID = "i-0de0000000000demo"
 	zone       = "us-east-1b"
-	gib        = int64(1) << 30
+	// A Xen type, whose volume limit (39) differs from the default type's.
+	instanceType = "m4.large"
+	gib          = int64(1) << 30
 )
 
 func main() {
@@ -133,8 +135,13 @@ func (d *demo) startServices(ctx context.Context) error {
 		return err
 	}
 	d.cloudURL = "http://" + addr
+	imdsAddr, err := freePort()
+	if err != nil {
+		return err
+	}
+	// The node learns who it is from the instance metadata service, as on EC2, with no cloud credentials.
 	if err := d.spawn("fakecloud", []string{"--listen", addr, "--data-dir", d.dataDir, "--backend", "loop",
-		"--instances", instanceID + "=" + zone, "--create-duration=300ms", "--attach-duration=300ms", "--detach-duration=300ms",
+		"--instances", instanceID + "=" + zone + "::" + instanceType, "--imds", instanceID + "=" + imdsAddr, "--create-duration=300ms", "--attach-duration=300ms", "--detach-duration=300ms",
 		"--modifying-duration=300ms", "--optimizing-duration=1s", "--snapshot-duration=500ms", "--delete-duration=300ms"}); err != nil {
 		return err
 	}
@@ -149,7 +156,7 @@ func (d *demo) startServices(ctx context.Context) error {
 	}
 	d.step("fakecloud serving EC2 on %s (loop backend, data in %s)", d.cloudURL, d.dataDir)
 	if err := d.spawn("driver", []string{"--mode", "all", "--endpoint", "unix://" + d.sock, "--cloud-endpoint", d.cloudURL,
-		"--region", "us-east-1", "--instance-id", instanceID, "--zone", zone},
+		"--region", "us-east-1", "--imds-endpoint", "http://" + imdsAddr},
 		"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo"); err != nil {
 		return err
 	}
@@ -197,7 +204,7 @@ func (d *demo) run(ctx context.Context, fsType string) error {
 	if err != nil {
 		return err
 	}
-	d.step("node %s in zone %s, up to %d volumes", info.GetNodeId(), info.GetAccessibleTopology().GetSegments()[topology.ZoneKey], info.GetMaxVolumesPerNode())
+	d.step("node %s (%s, from instance metadata) in zone %s, up to %d volumes", info.GetNodeId(), instanceType, info.GetAccessibleTopology().GetSegments()[topology.ZoneKey], info.GetMaxVolumesPerNode())
 	nodeTopology := []*csi.Topology{info.GetAccessibleTopology()}
 	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}

@@ -64,6 +64,9 @@ var codeKinds = withThrottleCodes(map[string][]error{
 	"VolumeModificationRateExceeded":      {cloud.ErrLimitExceeded},
 	"ResourceLimitExceeded":               {cloud.ErrLimitExceeded},
 
+	// No room for the disk: not a transient fault to retry at once.
+	"InsufficientVolumeCapacity": {cloud.ErrInsufficientCapacity},
+
 	"InvalidVolume.ZoneMismatch": {cloud.ErrZoneMismatch},
 
 	codeVolumeInUse:         {cloud.ErrInUse},
@@ -75,13 +78,12 @@ var codeKinds = withThrottleCodes(map[string][]error{
 	"OperationNotPermitted":  {cloud.ErrIncorrectState},
 
 	// Transient failures on the cloud's side (throttle codes are added from the SDK's list in init).
-	"InternalError":              {cloud.ErrUnavailable},
-	"InternalFailure":            {cloud.ErrUnavailable},
-	"Unavailable":                {cloud.ErrUnavailable},
-	"ServiceUnavailable":         {cloud.ErrUnavailable},
-	"InsufficientVolumeCapacity": {cloud.ErrUnavailable},
-	"RequestTimeout":             {cloud.ErrUnavailable},
-	"RequestTimeoutException":    {cloud.ErrUnavailable},
+	"InternalError":           {cloud.ErrUnavailable},
+	"InternalFailure":         {cloud.ErrUnavailable},
+	"Unavailable":             {cloud.ErrUnavailable},
+	"ServiceUnavailable":      {cloud.ErrUnavailable},
+	"RequestTimeout":          {cloud.ErrUnavailable},
+	"RequestTimeoutException": {cloud.ErrUnavailable},
 
 	// Credentials and permissions.
 	"AuthFailure":                {cloud.ErrPermissionDenied},

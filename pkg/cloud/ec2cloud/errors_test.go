@@ -83,7 +83,7 @@ func TestClassifyCodes(t *testing.T) {
 		{"InternalFailure", 500, unavail},
 		{"Unavailable", 503, unavail},
 		{"ServiceUnavailable", 503, unavail},
-		{"InsufficientVolumeCapacity", 500, unavail},
+		{"InsufficientVolumeCapacity", 500, []error{cloud.ErrInsufficientCapacity}},
 		{"RequestLimitExceeded", 503, throttled},
 		{"RequestLimitExceeded", 400, throttled},
 		{"Throttling", 400, throttled},

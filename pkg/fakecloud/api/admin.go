@@ -1,8 +1,12 @@
 package api
 
 import (
+	"bytes"
+	"crypto/subtle"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -44,6 +48,45 @@ func AdminRouter(st *state.State, faults http.Handler) http.Handler {
 		r.Handle("/faults", faults)
 	}
 	return r
+}
+
+// AdminGuard lets an admin request through only when it is signed with SigV4 by one of the configured keys
+// (auth, when not nil) or carries "Authorization: Bearer <token>" (token, when not empty). With neither
+// configured the admin endpoints are open, as the EC2 API is.
+func AdminGuard(auth Authenticator, token string, next http.Handler) http.Handler {
+	if auth == nil && token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header := r.Header.Get("Authorization")
+		if bearer, ok := strings.CutPrefix(header, "Bearer "); ok && token != "" {
+			if subtle.ConstantTimeCompare([]byte(bearer), []byte(token)) == 1 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			writeAdmin(w, nil, ec2err.New(ec2err.CodeAuthFailure, "The admin token is not valid"))
+			return
+		}
+		if header == "" {
+			writeAdmin(w, nil, ec2err.New(ec2err.CodeMissingAuthenticationToken, "Admin requests need a SigV4 signature or an admin token"))
+			return
+		}
+		if auth == nil {
+			writeAdmin(w, nil, ec2err.New(ec2err.CodeAuthFailure, "Admin requests need the admin token"))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeAdmin(w, nil, ec2err.New(ec2err.CodeInvalidParameterValue, "The request body could not be read: %v", err))
+			return
+		}
+		if err := auth.Verify(r, body); err != nil {
+			writeAdmin(w, nil, err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
 }
 
 func writeAdmin(w http.ResponseWriter, v any, err error) {

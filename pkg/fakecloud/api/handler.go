@@ -20,6 +20,9 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
+// apiVersion is the one EC2 API version fakecloud speaks.
+const apiVersion = "2016-11-15"
+
 // maxBody bounds a request body; EC2 Query requests are small.
 const maxBody = 1 << 20
 
@@ -44,6 +47,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Admin serves the run-time admin endpoints under /admin (instances, faults); nil serves none.
 	Admin http.Handler
+	// AdminToken, when set, admits admin requests carrying it as a bearer token. Admin requests must carry it
+	// or a SigV4 signature Auth accepts whenever either is configured.
+	AdminToken string
 }
 
 type actionFunc func(*params) (response, error)
@@ -68,6 +74,7 @@ func New(opts Options) *Handler {
 	}
 	h.actions = map[string]actionFunc{
 		"CreateVolume":                 h.createVolume,
+		"CopyVolumes":                  h.copyVolumes,
 		"DeleteVolume":                 h.deleteVolume,
 		"DescribeVolumes":              h.describeVolumes,
 		"AttachVolume":                 h.attachVolume,
@@ -81,6 +88,7 @@ func New(opts Options) *Handler {
 		"DeleteTags":                   h.deleteTags,
 		"DescribeInstances":            h.describeInstances,
 		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
+		"DescribeInstanceTypes":        h.describeInstanceTypes,
 	}
 	reg := opts.Registry
 	if reg == nil {
@@ -92,7 +100,7 @@ func New(opts Options) *Handler {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if opts.Admin != nil {
-		r.Mount("/admin", opts.Admin)
+		r.Mount("/admin", AdminGuard(opts.Auth, opts.AdminToken, opts.Admin))
 	}
 	r.Post("/", h.serveQuery)
 	r.Get("/", h.serveQuery)
@@ -155,12 +163,25 @@ func (h *Handler) handle(r *http.Request) (string, response, error) {
 	if !ok {
 		return action, nil, ec2err.New(ec2err.CodeInvalidAction, "The action %s is not valid for this web service.", action)
 	}
+	switch v := form.Get("Version"); {
+	case v == "":
+		return action, nil, ec2err.Missing("Version")
+	case v != apiVersion:
+		return action, nil, ec2err.New(ec2err.CodeNoSuchVersion, "The requested version (%s) of service AmazonEC2 does not exist", v)
+	}
 	if h.faults != nil {
 		if err := h.faults.Before(r.Context(), action); err != nil {
 			return action, nil, err
 		}
 	}
-	resp, err := fn(&params{v: form})
+	p := &params{v: form}
+	dryRun := p.boolean("DryRun")
+	resp, err := fn(p)
+	// Mutating actions answer DryRun themselves, before changing anything; reads answer it here, once the
+	// request has been checked in full.
+	if err == nil && dryRun {
+		return action, nil, ec2err.DryRun()
+	}
 	if h.faults != nil && err == nil {
 		if ferr := h.faults.After(action); ferr != nil {
 			return action, nil, ferr

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,39 +73,47 @@ func (p *params) boolean(name string) bool {
 	return b != nil && *b
 }
 
-// list reads a flattened list: prefix.1, prefix.2, … up to the first gap.
+// list reads a flattened list: prefix.1, prefix.2, … in index order.
 func (p *params) list(prefix string) []string {
 	var out []string
-	for i := 1; i <= maxListItems; i++ {
-		vals, ok := p.v[prefix+"."+strconv.Itoa(i)]
-		if !ok {
-			break
+	for _, i := range p.indexes(prefix) {
+		if vals, ok := p.v[prefix+"."+strconv.Itoa(i)]; ok {
+			out = append(out, vals[0])
 		}
-		out = append(out, vals[0])
 	}
 	return out
 }
 
-// count returns how many items a flattened list of structures has: prefix.N.field for N from 1.
-func (p *params) count(prefix string) int {
-	n := 0
+// indexes returns, in order, the distinct N of the keys prefix.N and prefix.N.… of a flattened list. An N
+// outside 1…maxListItems is refused: ignoring it would widen a filter or an ID list to everything.
+func (p *params) indexes(prefix string) []int {
 	dot := prefix + "."
+	seen := map[int]bool{}
 	for k := range p.v {
 		rest, ok := strings.CutPrefix(k, dot)
 		if !ok {
 			continue
 		}
 		idx, _, _ := strings.Cut(rest, ".")
-		if i, err := strconv.Atoi(idx); err == nil && i > n && i <= maxListItems {
-			n = i
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 1 || i > maxListItems {
+			p.fail(ec2err.New(ec2err.CodeInvalidParameterValue,
+				"The parameter %s has an invalid list index; indexes run from 1 to %d.", k, maxListItems))
+			return nil
 		}
+		seen[i] = true
 	}
-	return n
+	out := make([]int, 0, len(seen))
+	for i := range seen {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (p *params) filters() []state.Filter {
 	var out []state.Filter
-	for i := 1; i <= p.count("Filter"); i++ {
+	for _, i := range p.indexes("Filter") {
 		base := "Filter." + strconv.Itoa(i)
 		name := p.str(base + ".Name")
 		if name == "" {
@@ -119,7 +128,7 @@ func (p *params) filters() []state.Filter {
 // tags reads prefix.N.Key / prefix.N.Value pairs.
 func (p *params) tags(prefix string) []state.Tag {
 	var out []state.Tag
-	for i := 1; i <= p.count(prefix); i++ {
+	for _, i := range p.indexes(prefix) {
 		base := prefix + "." + strconv.Itoa(i)
 		out = append(out, state.Tag{Key: p.str(base + ".Key"), Value: p.str(base + ".Value")})
 	}
@@ -129,7 +138,7 @@ func (p *params) tags(prefix string) []state.Tag {
 // tagSelectors reads tags to delete, telling an absent value (any) from an empty one (only empty).
 func (p *params) tagSelectors(prefix string) []state.TagSelector {
 	var out []state.TagSelector
-	for i := 1; i <= p.count(prefix); i++ {
+	for _, i := range p.indexes(prefix) {
 		base := prefix + "." + strconv.Itoa(i)
 		sel := state.TagSelector{Key: p.str(base + ".Key")}
 		if p.has(base + ".Value") {
@@ -145,7 +154,7 @@ func (p *params) tagSelectors(prefix string) []state.TagSelector {
 // create.
 func (p *params) tagSpecs(resourceType string) []state.Tag {
 	var out []state.Tag
-	for i := 1; i <= p.count("TagSpecification"); i++ {
+	for _, i := range p.indexes("TagSpecification") {
 		base := "TagSpecification." + strconv.Itoa(i)
 		rt := p.str(base + ".ResourceType")
 		if rt != resourceType {

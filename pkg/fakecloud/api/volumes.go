@@ -26,6 +26,29 @@ func (h *Handler) createVolume(p *params) (response, error) {
 	return &createVolumeResponse{volumeXML: h.volumeOf(v)}, nil
 }
 
+type copyVolumesResponse struct {
+	meta
+	Volumes []volumeXML `xml:"volumeSet>item"`
+}
+
+// copyVolumes is EC2's CopyVolumes: one new volume with the source's bytes, in the source's zone.
+func (h *Handler) copyVolumes(p *params) (response, error) {
+	in := state.CreateVolumeInput{
+		SourceVolumeID: p.required("SourceVolumeId"), SizeGiB: p.int32p("Size"), VolumeType: p.str("VolumeType"),
+		Iops: p.int32p("Iops"), Throughput: p.int32p("Throughput"), Encrypted: p.boolean("Encrypted"),
+		KmsKeyID: p.str("KmsKeyId"), MultiAttach: p.boolean("MultiAttachEnabled"), Tags: p.tagSpecs("volume"),
+		ClientToken: p.str("ClientToken"), DryRun: p.boolean("DryRun"),
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	v, err := h.state.CreateVolume(in)
+	if err != nil {
+		return nil, err
+	}
+	return &copyVolumesResponse{Volumes: []volumeXML{h.volumeOf(v)}}, nil
+}
+
 type returnResponse struct {
 	meta
 	Return bool `xml:"return"`

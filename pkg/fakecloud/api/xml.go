@@ -79,6 +79,7 @@ type volumeXML struct {
 	VolumeID           string          `xml:"volumeId"`
 	Size               int32           `xml:"size"`
 	SnapshotID         string          `xml:"snapshotId"`
+	SourceVolumeID     string          `xml:"sourceVolumeId,omitempty"`
 	AvailabilityZone   string          `xml:"availabilityZone"`
 	AvailabilityZoneID string          `xml:"availabilityZoneId,omitempty"`
 	Status             string          `xml:"status"`
@@ -94,7 +95,7 @@ type volumeXML struct {
 }
 
 func (h *Handler) volumeOf(v state.Volume) volumeXML {
-	x := volumeXML{VolumeID: v.ID, Size: v.SizeGiB, SnapshotID: v.SnapshotID, AvailabilityZone: v.Zone,
+	x := volumeXML{VolumeID: v.ID, Size: v.SizeGiB, SnapshotID: v.SnapshotID, SourceVolumeID: v.SourceVolumeID, AvailabilityZone: v.Zone,
 		AvailabilityZoneID: h.zoneIDs[v.Zone], Status: v.State, CreateTime: ec2Time(v.CreateTime), VolumeType: v.Type,
 		Iops: v.Iops, Throughput: v.Throughput, Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, MultiAttachEnabled: v.MultiAttach,
 		Tags: tagsXML(v.Tags)}

@@ -25,6 +25,10 @@ type Backend interface {
 	// be smaller than the snapshot). The file appears only once the copy is complete, so an existing volume of
 	// sizeBytes is a finished restore and succeeds; a missing snapshot is ErrNotFound.
 	RestoreVolume(ctx context.Context, volumeID, snapshotID string, sizeBytes int64) error
+	// CopyVolume makes the volume's file a point-in-time copy of the source volume's bytes, grown to sizeBytes
+	// (which must not be smaller than the source); an attached source device is flushed first. As with a
+	// restore, the file appears only once the copy is complete. A missing source is ErrNotFound.
+	CopyVolume(ctx context.Context, volumeID, sourceVolumeID string, sizeBytes int64) error
 	// DeleteVolume removes the volume's file, detaching its device first if one remains. Missing is not an error.
 	DeleteVolume(ctx context.Context, volumeID string) error
 	// ResizeVolume grows the file to sizeBytes and refreshes the capacity of an attached device, so the kernel
@@ -48,6 +52,10 @@ type Backend interface {
 	// Reconcile runs after a restart: every volume in attached gets a device again (found by its backing file or
 	// re-created); devices backed by files of this backend whose volume is not in attached are released.
 	Reconcile(ctx context.Context, attached []string) error
+	// VolumeIDs and SnapshotIDs list the volumes and snapshots that have a finished file, so that state can
+	// remove files it holds no record of.
+	VolumeIDs() ([]string, error)
+	SnapshotIDs() ([]string, error)
 	// VolumeFile is the path of the volume's backing file; loop devices name it as their backing_file.
 	VolumeFile(volumeID string) string
 	// Close releases nothing on disk; it only stops background work. Devices stay bound across restarts.

@@ -76,14 +76,6 @@ func (b *FileBackend) DevicePath(volumeID string) string {
 	return b.store.volumeFile(volumeID)
 }
 
-func (b *FileBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error {
-	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	return b.store.createSnapshot(ctx, snapshotID, volumeID)
-}
-
 // Reconcile replaces the in-memory attachment set with attached. Volumes without a file are reported and left
 // detached; the others are attached regardless.
 func (b *FileBackend) Reconcile(_ context.Context, attached []string) error {

@@ -29,7 +29,20 @@ func NewLoopBackend(dataDir string) (*LoopBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LoopBackend{volumeFiles: volumeFiles{store: s}}, nil
+	b := &LoopBackend{volumeFiles: volumeFiles{store: s}}
+	b.flush = b.flushDevice
+	return b, nil
+}
+
+// flushDevice writes the cached blocks of the volume's device, if one is bound, to its file. A copy goes on
+// even when the flush fails: it is as consistent as a crash, the promise EBS makes.
+func (b *LoopBackend) flushDevice(volumeID string) {
+	if d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID)); err == nil && ok {
+		if err := syncLoop(d); err != nil {
+			klog.V(2).InfoS("Flushing device before copy failed, copying anyway", "volume", volumeID,
+				"device", d.Path(), "err", err)
+		}
+	}
 }
 
 // DeleteVolume force-detaches first: a device still held keeps the unlinked inode until its holder lets go.
@@ -139,21 +152,6 @@ func (b *LoopBackend) DevicePath(volumeID string) string {
 		return ""
 	}
 	return dev
-}
-
-// CreateSnapshot flushes the attached device first so the copy contains everything written through it.
-func (b *LoopBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error {
-	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
-		return err
-	}
-	defer b.locks.lock(volumeID)()
-	if d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID)); err == nil && ok {
-		if err := syncLoop(d); err != nil {
-			klog.V(2).InfoS("Flushing device before snapshot failed, copying anyway", "volume", volumeID,
-				"device", d.Path(), "err", err)
-		}
-	}
-	return b.store.createSnapshot(ctx, snapshotID, volumeID)
 }
 
 // Reconcile releases this backend's devices that state no longer wants (unknown volume, or a volume file that

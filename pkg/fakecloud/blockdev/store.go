@@ -132,18 +132,30 @@ func (s fileStore) createVolume(id string, sizeBytes int64) error {
 }
 
 func (s fileStore) restoreVolume(ctx context.Context, id, snapshotID string, sizeBytes int64) error {
+	if err := s.fillVolume(ctx, id, s.snapshotFile(snapshotID), sizeBytes); err != nil {
+		return fmt.Errorf("restore volume %s from snapshot %s: %w", id, snapshotID, err)
+	}
+	return nil
+}
+
+func (s fileStore) copyVolume(ctx context.Context, id, sourceID string, sizeBytes int64) error {
+	if err := s.fillVolume(ctx, id, s.volumeFile(sourceID), sizeBytes); err != nil {
+		return fmt.Errorf("copy volume %s to %s: %w", sourceID, id, err)
+	}
+	return nil
+}
+
+// fillVolume makes the volume's file a copy of src grown to sizeBytes.
+func (s fileStore) fillVolume(ctx context.Context, id, src string, sizeBytes int64) error {
 	if err := validSize(sizeBytes); err != nil {
 		return err
 	}
 	if exists, err := s.checkExisting(id, sizeBytes); exists || err != nil {
 		// The file only appears under its final name once the copy is complete, so an existing file of the
-		// right size is a finished restore being replayed.
+		// right size is a finished copy being replayed.
 		return err
 	}
-	if err := copyFileAtomic(ctx, s.volumeFile(id), s.snapshotFile(snapshotID), sizeBytes); err != nil {
-		return fmt.Errorf("restore volume %s from snapshot %s: %w", id, snapshotID, err)
-	}
-	return nil
+	return copyFileAtomic(ctx, s.volumeFile(id), src, sizeBytes)
 }
 
 // growVolume extends the file to sizeBytes. Growing to the current size is a no-op; shrinking is refused
@@ -181,3 +193,19 @@ func removeFile(path string) error {
 
 func (s fileStore) removeVolume(id string) error   { return removeFile(s.volumeFile(id)) }
 func (s fileStore) removeSnapshot(id string) error { return removeFile(s.snapshotFile(id)) }
+
+// ids lists the IDs of the finished files in a subdirectory; hidden temporary files are skipped.
+func (s fileStore) ids(sub string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dataDir, sub))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", sub, err)
+	}
+	var out []string
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), imageSuffix)
+		if ok && e.Type().IsRegular() && validateID(sub, id) == nil {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

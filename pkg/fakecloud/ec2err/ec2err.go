@@ -66,6 +66,10 @@ const (
 	CodeUnauthorizedOperation         = "UnauthorizedOperation"
 	CodeInsufficientVolumeCapacity    = "InsufficientVolumeCapacity"
 	CodeInvalidVolumeModificationSize = "VolumeModificationSizeLimitExceeded"
+	CodeInvalidInstanceType           = "InvalidInstanceType"
+	// CodeNoSuchVersion answers an API version the service does not have (AWS's common Query error; the
+	// wording is unverified against EC2).
+	CodeNoSuchVersion = "NoSuchVersion"
 )
 
 // statusOf gives the HTTP status EC2 sends with a code; everything else is a 400 client error.

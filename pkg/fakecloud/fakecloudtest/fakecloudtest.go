@@ -15,6 +15,7 @@ import (
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
@@ -35,8 +36,10 @@ type Options struct {
 	Cloud     *state.Config
 	Durations state.Durations
 	Faults    faults.Config
-	// AccessKeys turn SigV4 checking on.
+	// AccessKeys turn SigV4 checking on (and guard /admin).
 	AccessKeys map[string]string
+	// AdminToken admits admin requests carrying it as a bearer token.
+	AdminToken string
 	NoSync     bool
 }
 
@@ -76,11 +79,15 @@ func Start(t testing.TB, o Options) *Env {
 		o.DataDir = t.TempDir()
 	}
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
-		AccessKeys: o.AccessKeys, NoSync: o.NoSync})
+		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync})
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}
-	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: httptest.NewServer(srv.Handler)}
+	// The production server's timeouts, so tests meet the same limits as clients of the binary.
+	hs := httptest.NewUnstartedServer(srv.Handler)
+	hs.Config = fakecloud.NewHTTPServer(srv.Handler, fakecloud.Timeouts{})
+	hs.Start()
+	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: hs}
 	e.URL = e.http.URL
 	for _, in := range cloud.Instances {
 		e.Instances[in.Zone] = in.ID
@@ -98,6 +105,15 @@ func (e *Env) Close() {
 	e.closed = true
 	e.http.Close()
 	_ = e.Server.Close()
+}
+
+// IMDS serves the instance metadata service of instanceID until the test ends and returns its URL, as
+// fakecloud's --imds flag does on a listener of the instance's own.
+func (e *Env) IMDS(t testing.TB, instanceID string) string {
+	t.Helper()
+	hs := httptest.NewServer(imds.New(e.Server.State, instanceID).Router())
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 // EC2 returns a real SDK client for this cloud, retrying quickly so tests of throttling stay short.

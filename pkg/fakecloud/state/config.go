@@ -3,6 +3,8 @@ package state
 import (
 	"fmt"
 	"time"
+
+	"github.com/diskforge/diskforge/pkg/instancetypes"
 )
 
 // Durations are how long each asynchronous transition takes. Zero means the next read sees it done.
@@ -47,15 +49,12 @@ type Config struct {
 	// ModificationLimit modifications per ModificationWindow per volume; 0 means no limit.
 	ModificationLimit  int
 	ModificationWindow time.Duration
-	// DefaultAttachmentLimit applies to instances that name none (EBS: 28 shared slots on Nitro, less ENIs).
+	// DefaultAttachmentLimit, when set, replaces the instance type's limit for instances that name none.
 	DefaultAttachmentLimit int
 }
 
-// DefaultAttachmentLimit is what a Nitro instance offers to EBS volumes after its root volume and one ENI.
-const DefaultAttachmentLimit = 26
-
 // DefaultInstanceType is reported for instances registered without one.
-const DefaultInstanceType = "m5.large"
+const DefaultInstanceType = instancetypes.Default
 
 func (c *Config) validate() error {
 	if c.Region == "" {
@@ -67,15 +66,15 @@ func (c *Config) validate() error {
 	if c.AccountID == "" {
 		c.AccountID = "123456789012"
 	}
-	if c.DefaultAttachmentLimit == 0 {
-		c.DefaultAttachmentLimit = DefaultAttachmentLimit
-	}
 	if c.ModificationLimit > 0 && c.ModificationWindow <= 0 {
 		return fmt.Errorf("a modification limit needs a positive window")
 	}
 	for _, in := range c.Instances {
 		if !c.hasZone(in.Zone) {
 			return fmt.Errorf("instance %s is in unknown zone %q", in.ID, in.Zone)
+		}
+		if err := checkInstanceType(in.InstanceType); err != nil {
+			return fmt.Errorf("instance %s: %w", in.ID, err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+	"github.com/diskforge/diskforge/pkg/instancetypes"
 )
 
 // InstanceView is an instance with the volumes attached to it, as DescribeInstances shows it.
@@ -35,6 +36,11 @@ func (s *State) putInstance(spec InstanceSpec) *Instance {
 	if in.AttachmentLimit == 0 {
 		in.AttachmentLimit = s.cfg.DefaultAttachmentLimit
 	}
+	if in.AttachmentLimit == 0 {
+		// The type's limit, the one DescribeInstanceTypes reports; the type was checked on the way in.
+		info, _ := instancetypes.Lookup(in.InstanceType)
+		in.AttachmentLimit = info.VolumeLimit()
+	}
 	s.instances[in.ID] = in
 	s.instanceIDs.insert(in.ID)
 	s.markDirty(kindInstance, in.ID)
@@ -50,6 +56,9 @@ func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
 		}
 		if !s.cfg.hasZone(spec.Zone) {
 			return ec2err.New(ec2err.CodeInvalidZoneNotFound, "The zone '%s' does not exist.", spec.Zone)
+		}
+		if err := checkInstanceType(spec.InstanceType); err != nil {
+			return err
 		}
 		if old, ok := s.instances[spec.ID]; ok && old.Zone != spec.Zone && len(s.attachmentsOf(spec.ID)) > 0 {
 			return ec2err.New(ec2err.CodeIncorrectInstanceState, "Instance %s has volumes attached and cannot move to zone %s", spec.ID, spec.Zone)

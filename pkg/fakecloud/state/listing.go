@@ -18,11 +18,13 @@ var (
 	snapshotPages     = pageLimits{min: 5, max: 1000, idsParam: "snapshotIds"}
 	instancePages     = pageLimits{min: 5, max: 1000, idsParam: "instanceIds"}
 	modificationPages = pageLimits{min: 1, max: 500, idsParam: "volumeIds"}
+	typePages         = pageLimits{min: 5, max: 100, idsParam: "instanceTypes"}
 )
 
 // pageSize validates MaxResults: too small is refused, too large is clamped, absent means everything.
 func (l pageLimits) pageSize(pg Page, withIDs bool) (int, error) {
-	if pg.MaxResults == nil {
+	// Zero is "no limit given": some clients send it on every call.
+	if pg.MaxResults == nil || *pg.MaxResults == 0 {
 		return 0, nil
 	}
 	if withIDs {
@@ -70,7 +72,7 @@ func decodeToken(tok string) (string, error) {
 		return "", nil
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || !strings.Contains(string(raw), "-") {
+	if err != nil || !strings.ContainsAny(string(raw), "-.") {
 		return "", ec2err.New(ec2err.CodeInvalidPaginationToken, "The pagination token '%s' is invalid.", tok)
 	}
 	return string(raw), nil

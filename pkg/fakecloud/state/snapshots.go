@@ -18,10 +18,10 @@ type CreateSnapshotInput struct {
 	DryRun      bool
 }
 
-// CreateSnapshot copies the volume's bytes now (point in time) and reports the snapshot pending until its
-// configured duration has passed.
+// CreateSnapshot copies the volume's bytes (point in time) outside the state lock, so a large copy stalls no
+// other call, then records the snapshot pending until its configured duration has passed.
 func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
-	var out Snapshot
+	var planned *Snapshot
 	err := s.mutate(func(now time.Time) error {
 		v, err := s.settledVolume(in.VolumeID)
 		if err != nil {
@@ -33,32 +33,56 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		if in.DryRun {
 			return ec2err.DryRun()
 		}
-		sn := &Snapshot{
+		planned = &Snapshot{
 			ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; return ok }),
 			VolumeID: v.ID, State: SnapshotPending, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
 			Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, OwnerID: s.cfg.AccountID, Zone: v.Zone,
 			Tags: slices.Clone(in.Tags), DueAt: now.Add(s.cfg.Durations.Snapshot),
 		}
-		ctx, cancel := backendCtx()
-		defer cancel()
-		if err := s.backend.CreateSnapshot(ctx, sn.ID, v.ID); err != nil {
-			klog.ErrorS(err, "Copying volume for snapshot failed", "volumeID", v.ID, "snapshotID", sn.ID)
-			return internal(err)
+		s.reserved[planned.ID] = struct{}{}
+		s.copying[v.ID]++
+		return nil
+	})
+	if err != nil {
+		if planned != nil {
+			s.withLock(func() { s.endCopy(planned) })
 		}
+		return Snapshot{}, err
+	}
+	ctx, cancel := ioCtx()
+	copyErr := s.backend.CreateSnapshot(ctx, planned.ID, planned.VolumeID)
+	cancel()
+	var out Snapshot
+	err = s.mutate(func(now time.Time) error {
+		s.endCopy(planned)
+		if copyErr != nil {
+			klog.ErrorS(copyErr, "Copying volume for snapshot failed", "volumeID", planned.VolumeID, "snapshotID", planned.ID)
+			return capacityOrInternal(copyErr, planned.VolumeSize)
+		}
+		sn := planned
 		s.snapshots[sn.ID] = sn
 		s.snapshotIDs.insert(sn.ID)
 		s.markDirty(kindSnapshot, sn.ID)
 		s.markPending(kindSnapshot, sn.ID)
 		out = sn.view(now)
-		klog.V(2).InfoS("Snapshot created", "snapshotID", sn.ID, "volumeID", v.ID)
+		klog.V(2).InfoS("Snapshot created", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
 		return nil
 	})
 	return out, err
 }
 
-// DeleteSnapshot removes a snapshot and its bytes.
+// endCopy ends a snapshot copy's reservation and lets its volume's transitions run again.
+func (s *State) endCopy(sn *Snapshot) {
+	delete(s.reserved, sn.ID)
+	if s.copying[sn.VolumeID]--; s.copying[sn.VolumeID] <= 0 {
+		delete(s.copying, sn.VolumeID)
+	}
+}
+
+// DeleteSnapshot removes a snapshot's record, then its bytes outside the lock. A file left by a crash in
+// between has no record and is removed at the next start.
 func (s *State) DeleteSnapshot(id string, dryRun bool) error {
-	return s.mutate(func(time.Time) error {
+	err := s.mutate(func(time.Time) error {
 		if err := checkID("snap", ec2err.CodeInvalidSnapshotIDMalformed, id); err != nil {
 			return err
 		}
@@ -68,16 +92,21 @@ func (s *State) DeleteSnapshot(id string, dryRun bool) error {
 		if dryRun {
 			return ec2err.DryRun()
 		}
-		ctx, cancel := backendCtx()
-		defer cancel()
-		if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
-			return internal(err)
-		}
 		delete(s.snapshots, id)
 		s.snapshotIDs.remove(id)
 		s.markDirty(kindSnapshot, id)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := ioCtx()
+	defer cancel()
+	if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
+		// The record is gone and the reply stands; the file is an orphan the next start removes.
+		klog.ErrorS(err, "Removing snapshot file failed", "snapshotID", id)
+	}
+	return nil
 }
 
 // DescribeSnapshotsInput adds owner and restorable-by selectors to a Describe* request.

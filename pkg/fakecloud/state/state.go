@@ -65,6 +65,17 @@ type State struct {
 	instanceIDs   idIndex
 	tokens        map[string]string // ClientToken → volume ID
 
+	// Work whose block I/O runs outside the lock: IDs whose files are being made (no record yet), ClientTokens
+	// of creations in flight (a retry waits for the first), and volumes being copied into a snapshot (their
+	// transitions wait, since the backend serialises per volume).
+	reserved       map[string]struct{}
+	tokensInFlight map[string]chan struct{}
+	copying        map[string]int
+	// removals are deleting volumes whose files are to be removed outside the lock; removing holds them until
+	// their records go, after the file (a crash in between replays the removal).
+	removals []string
+	removing map[string]struct{}
+
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
 	kick    chan struct{}
@@ -87,21 +98,25 @@ func New(cfg Config, opts Options) (*State, error) {
 		return nil, fmt.Errorf("state needs a backend and a store")
 	}
 	s := &State{
-		cfg:           cfg,
-		backend:       opts.Backend,
-		store:         opts.Store,
-		clock:         opts.Clock,
-		stuck:         opts.Stuck,
-		volumes:       map[string]*Volume{},
-		snapshots:     map[string]*Snapshot{},
-		modifications: map[string]*Modification{},
-		instances:     map[string]*Instance{},
-		tokens:        map[string]string{},
-		pending:       map[pendingKey]struct{}{},
-		dirty:         map[pendingKey]struct{}{},
-		kick:          make(chan struct{}, 1),
-		stop:          make(chan struct{}),
-		done:          make(chan struct{}),
+		cfg:            cfg,
+		backend:        opts.Backend,
+		store:          opts.Store,
+		clock:          opts.Clock,
+		stuck:          opts.Stuck,
+		volumes:        map[string]*Volume{},
+		snapshots:      map[string]*Snapshot{},
+		modifications:  map[string]*Modification{},
+		instances:      map[string]*Instance{},
+		tokens:         map[string]string{},
+		reserved:       map[string]struct{}{},
+		tokensInFlight: map[string]chan struct{}{},
+		copying:        map[string]int{},
+		removing:       map[string]struct{}{},
+		pending:        map[pendingKey]struct{}{},
+		dirty:          map[pendingKey]struct{}{},
+		kick:           make(chan struct{}, 1),
+		stop:           make(chan struct{}),
+		done:           make(chan struct{}),
 	}
 	if s.clock == nil {
 		s.clock = realClock{}
@@ -120,6 +135,7 @@ func New(cfg Config, opts Options) (*State, error) {
 	if err := s.reconcile(context.Background()); err != nil {
 		return nil, err
 	}
+	s.removeOrphans()
 	if err := s.flush(); err != nil {
 		return nil, err
 	}
@@ -274,16 +290,133 @@ func (s *State) flush() error {
 // mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
 // error: the client must not be told of a change that would not survive a restart.
 func (s *State) mutate(fn func(now time.Time) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advance(now)
-	fnErr := fn(now)
-	if err := s.flush(); err != nil {
-		klog.ErrorS(err, "Persisting state failed")
+	var fnErr, err error
+	removals := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.clock.Now()
+		s.advance(now)
+		fnErr = fn(now)
+		err = s.commit()
+		return s.takeRemovals()
+	}()
+	s.removeVolumeFiles(removals)
+	if err != nil {
 		return internal(err)
 	}
 	return fnErr
+}
+
+// takeRemovals hands over the volume files whose records are committed as gone.
+func (s *State) takeRemovals() []string {
+	r := s.removals
+	s.removals = nil
+	return r
+}
+
+// removeVolumeFiles deletes the files (and any device left) of volumes whose deletion fell due, without the
+// state lock, then drops their records. A volume stays "deleting" until its file is gone.
+func (s *State) removeVolumeFiles(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := ioCtx()
+	defer cancel()
+	removed := make([]bool, len(ids))
+	for i, id := range ids {
+		err := s.backend.DeleteVolume(ctx, id)
+		if err != nil {
+			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", id)
+		}
+		removed[i] = err == nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		delete(s.removing, id)
+		if v, ok := s.volumes[id]; ok && removed[i] && v.State == VolumeDeleting {
+			s.dropVolume(v)
+		}
+	}
+	_ = s.commit()
+}
+
+// commit flushes the dirty records; when that fails, memory goes back to what the store holds, so nothing is
+// kept (and no reply is sent) for a change that is not durable, and files made for it are removed.
+func (s *State) commit() error {
+	err := s.flush()
+	if err == nil {
+		return nil
+	}
+	klog.ErrorS(err, "Persisting state failed; undoing the uncommitted changes")
+	if rerr := s.reload(); rerr != nil {
+		klog.ErrorS(rerr, "Reloading state after a failed commit failed")
+	}
+	return err
+}
+
+// reload replaces the in-memory model with the store's records and removes files no record names.
+func (s *State) reload() error {
+	s.volumes, s.snapshots = map[string]*Volume{}, map[string]*Snapshot{}
+	s.modifications, s.instances = map[string]*Modification{}, map[string]*Instance{}
+	s.tokens = map[string]string{}
+	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
+	clear(s.pending)
+	clear(s.dirty)
+	clear(s.removing)
+	s.removals = nil
+	if err := s.load(); err != nil {
+		return err
+	}
+	s.removeOrphans()
+	return nil
+}
+
+// removeOrphans deletes volume and snapshot files that no record names and no operation in flight is making:
+// left by a crash between a file's creation and its commit, or by a commit that failed.
+func (s *State) removeOrphans() {
+	ctx, cancel := backendCtx()
+	defer cancel()
+	kinds := []struct {
+		kind   string
+		list   func() ([]string, error)
+		known  func(id string) bool
+		remove func(ctx context.Context, id string) error
+	}{
+		{kindVolume, s.backend.VolumeIDs, func(id string) bool { _, ok := s.volumes[id]; return ok }, s.backend.DeleteVolume},
+		{kindSnapshot, s.backend.SnapshotIDs, func(id string) bool { _, ok := s.snapshots[id]; return ok }, s.backend.DeleteSnapshot},
+	}
+	for _, k := range kinds {
+		ids, err := k.list()
+		if err != nil {
+			klog.ErrorS(err, "Listing files failed", "kind", k.kind)
+		}
+		for _, id := range ids {
+			if _, inFlight := s.reserved[id]; inFlight || k.known(id) {
+				continue
+			}
+			klog.InfoS("Removing a file without a record", "kind", k.kind, "id", id)
+			if err := k.remove(ctx, id); err != nil {
+				klog.ErrorS(err, "Removing a file without a record failed", "kind", k.kind, "id", id)
+			}
+		}
+	}
+}
+
+// withLock runs fn under the lock, for bookkeeping that changes no record.
+func (s *State) withLock(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+}
+
+// unreserve ends the reservation of an ID whose file was being made, and wakes requests waiting on its token.
+func (s *State) unreserve(id, token string) {
+	delete(s.reserved, id)
+	if w, ok := s.tokensInFlight[token]; ok && token != "" {
+		close(w)
+		delete(s.tokensInFlight, token)
+	}
 }
 
 // read runs fn under the lock after advancing due transitions.
@@ -300,11 +433,11 @@ func (s *State) run() {
 		s.mu.Lock()
 		now := s.clock.Now()
 		s.advance(now)
-		if err := s.flush(); err != nil {
-			klog.ErrorS(err, "Persisting state failed")
-		}
+		_ = s.commit()
 		wait := s.nextWake(now)
+		removals := s.takeRemovals()
 		s.mu.Unlock()
+		s.removeVolumeFiles(removals)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -341,6 +474,11 @@ func newID(prefix string) string {
 	b := make([]byte, 9)
 	_, _ = rand.Read(b)
 	return prefix + "-" + hex.EncodeToString(b)[:17]
+}
+
+// ioCtx bounds block I/O run outside the state lock: copies of whole volumes, which may take minutes.
+func ioCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Minute)
 }
 
 // ctx for backend calls made under the state lock: they are short and must finish to keep state consistent.

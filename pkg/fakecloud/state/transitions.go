@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
 // advance moves every pending resource whose transition is due (and not held by a fault) to its next state.
@@ -36,6 +37,10 @@ func (s *State) advanceVolume(now time.Time, id string) bool {
 	v, ok := s.volumes[id]
 	if !ok {
 		return true
+	}
+	if s.copying[id] > 0 {
+		// A snapshot copy holds the volume's backend lock: its transitions wait for the copy.
+		return false
 	}
 	switch v.State {
 	case VolumeCreating:
@@ -71,13 +76,17 @@ func allAttached(v *Volume) bool {
 	return true
 }
 
+// finishDelete queues the removal of the volume's file, which runs outside the lock and then drops the record.
 func (s *State) finishDelete(v *Volume) bool {
-	ctx, cancel := backendCtx()
-	defer cancel()
-	if err := s.backend.DeleteVolume(ctx, v.ID); err != nil {
-		klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", v.ID)
-		return false
+	if _, queued := s.removing[v.ID]; !queued {
+		s.removing[v.ID] = struct{}{}
+		s.removals = append(s.removals, v.ID)
 	}
+	return false
+}
+
+// dropVolume forgets a deleted volume whose file is gone.
+func (s *State) dropVolume(v *Volume) {
 	delete(s.volumes, v.ID)
 	s.volumeIDs.remove(v.ID)
 	if v.ClientToken != "" {
@@ -89,7 +98,6 @@ func (s *State) finishDelete(v *Volume) bool {
 		s.markDirty(kindModification, v.ID)
 	}
 	klog.V(2).InfoS("Volume deleted", "volumeID", v.ID)
-	return true
 }
 
 func (s *State) advanceAttachments(now time.Time, v *Volume) {
@@ -157,7 +165,7 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 	if !ok {
 		return true
 	}
-	if s.stuck(TransitionModify) {
+	if s.stuck(TransitionModify) || s.copying[id] > 0 {
 		return false
 	}
 	if m.State == ModModifying && due(now, m.OptimizingAt) {
@@ -169,6 +177,13 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 			ctx, cancel := backendCtx()
 			err := s.backend.ResizeVolume(ctx, id, gib(m.TargetSize))
 			cancel()
+			if capErr := capacityOrInternal(err, m.TargetSize); ec2err.HasCode(capErr, ec2err.CodeInsufficientVolumeCapacity) {
+				// No room to grow: the modification fails and the volume keeps its size, as on EBS.
+				klog.ErrorS(err, "Growing volume failed for lack of capacity", "volumeID", id)
+				m.State, m.StatusMessage, m.EndTime = ModFailed, ec2err.As(capErr).Message, now
+				s.markDirty(kindModification, id)
+				return true
+			}
 			if err != nil {
 				klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", id)
 				return false

@@ -45,24 +45,26 @@ type Tag struct {
 
 // Volume is an EBS volume. Records handed out by State are copies.
 type Volume struct {
-	ID          string       `json:"id"`
-	Zone        string       `json:"zone"`
-	Type        string       `json:"type"`
-	SizeGiB     int32        `json:"sizeGiB"`
-	Iops        int32        `json:"iops,omitempty"`
-	Throughput  int32        `json:"throughput,omitempty"`
-	Encrypted   bool         `json:"encrypted,omitempty"`
-	KmsKeyID    string       `json:"kmsKeyId,omitempty"`
-	SnapshotID  string       `json:"snapshotId,omitempty"`
-	MultiAttach bool         `json:"multiAttach,omitempty"`
-	State       string       `json:"state"`
-	CreateTime  time.Time    `json:"createTime"`
-	Tags        []Tag        `json:"tags,omitempty"`
-	Attachments []Attachment `json:"attachments,omitempty"`
-	DueAt       time.Time    `json:"dueAt,omitempty"`
-	ModHistory  []time.Time  `json:"modHistory,omitempty"`
-	ClientToken string       `json:"clientToken,omitempty"`
-	ParamsHash  string       `json:"paramsHash,omitempty"`
+	ID         string `json:"id"`
+	Zone       string `json:"zone"`
+	Type       string `json:"type"`
+	SizeGiB    int32  `json:"sizeGiB"`
+	Iops       int32  `json:"iops,omitempty"`
+	Throughput int32  `json:"throughput,omitempty"`
+	Encrypted  bool   `json:"encrypted,omitempty"`
+	KmsKeyID   string `json:"kmsKeyId,omitempty"`
+	SnapshotID string `json:"snapshotId,omitempty"`
+	// SourceVolumeID is the volume this one is a copy of (CopyVolumes).
+	SourceVolumeID string       `json:"sourceVolumeId,omitempty"`
+	MultiAttach    bool         `json:"multiAttach,omitempty"`
+	State          string       `json:"state"`
+	CreateTime     time.Time    `json:"createTime"`
+	Tags           []Tag        `json:"tags,omitempty"`
+	Attachments    []Attachment `json:"attachments,omitempty"`
+	DueAt          time.Time    `json:"dueAt,omitempty"`
+	ModHistory     []time.Time  `json:"modHistory,omitempty"`
+	ClientToken    string       `json:"clientToken,omitempty"`
+	ParamsHash     string       `json:"paramsHash,omitempty"`
 }
 
 // Attachment binds a volume to an instance under a device name.

@@ -4,31 +4,36 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
 // CreateVolumeInput is CreateVolume's request.
 type CreateVolumeInput struct {
-	SizeGiB     *int32
-	VolumeType  string
-	Iops        *int32
-	Throughput  *int32
-	Encrypted   bool
-	KmsKeyID    string
-	SnapshotID  string
-	Zone        string
-	ZoneID      string
-	MultiAttach bool
-	Tags        []Tag
-	ClientToken string
-	DryRun      bool
+	SizeGiB    *int32
+	VolumeType string
+	Iops       *int32
+	Throughput *int32
+	Encrypted  bool
+	KmsKeyID   string
+	SnapshotID string
+	// SourceVolumeID makes the volume a copy of another (CopyVolumes): same zone, its bytes, its size or more.
+	SourceVolumeID string
+	Zone           string
+	ZoneID         string
+	MultiAttach    bool
+	Tags           []Tag
+	ClientToken    string
+	DryRun         bool
 }
 
 // hash fingerprints the parameters a ClientToken binds, so a retry can be told from a different request.
@@ -42,86 +47,177 @@ func (in CreateVolumeInput) hash() string {
 // maxClientToken is EC2's limit on ClientToken length.
 const maxClientToken = 64
 
-// CreateVolume validates the request, then creates the volume's file and a record in state creating.
+// CreateVolume validates the request, makes the volume's file outside the state lock (a restore copies a whole
+// snapshot), then records the volume in state creating. The reply is sent only once the record is committed.
 func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
-	var out Volume
-	err := s.mutate(func(now time.Time) error {
-		v, err := s.createVolume(now, in)
-		if err == nil {
-			out = v.view()
+	for {
+		var (
+			out     Volume
+			planned *Volume
+			wait    chan struct{}
+		)
+		err := s.mutate(func(now time.Time) error {
+			v, w, err := s.planVolume(in)
+			if err == nil && w == nil && v.State != "" {
+				out = v.view()
+				return nil
+			}
+			planned, wait = v, w
+			return err
+		})
+		switch {
+		case err != nil:
+			if planned != nil {
+				s.withLock(func() { s.release(planned, in.ClientToken) })
+			}
+			return Volume{}, err
+		case wait != nil:
+			// A request with the same ClientToken is making its volume: answer as it ends.
+			<-wait
+			continue
+		case planned == nil:
+			return out, nil
 		}
-		return err
-	})
-	return out, err
+		return s.makeVolume(planned, in)
+	}
 }
 
-func (s *State) createVolume(now time.Time, in CreateVolumeInput) (*Volume, error) {
-	zone, err := s.resolveZone(in.Zone, in.ZoneID)
-	if err != nil {
-		return nil, err
+// planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken,
+// or a channel to wait on when a request with the same token is in flight.
+func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error) {
+	var zone string
+	var err error
+	if in.SourceVolumeID == "" {
+		if zone, err = s.resolveZone(in.Zone, in.ZoneID); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(in.ClientToken) > maxClientToken {
-		return nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
+		return nil, nil, ec2err.InvalidValue("clientToken", in.ClientToken, "The client token must be at most 64 characters.")
 	}
-	if id, ok := s.tokens[in.ClientToken]; ok && in.ClientToken != "" {
-		v := s.volumes[id]
-		if v.ParamsHash != in.hash() {
-			return nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
-				"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+	if in.ClientToken != "" {
+		if w, ok := s.tokensInFlight[in.ClientToken]; ok {
+			return nil, w, nil
 		}
-		if in.DryRun {
-			return nil, ec2err.DryRun()
+		if id, ok := s.tokens[in.ClientToken]; ok {
+			v := s.volumes[id]
+			if v.ParamsHash != in.hash() {
+				return nil, nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
+					"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+			}
+			if in.DryRun {
+				return nil, nil, ec2err.DryRun()
+			}
+			return v, nil, nil
 		}
-		return v, nil
 	}
 	v := &Volume{Zone: zone, Type: in.VolumeType, Encrypted: in.Encrypted, KmsKeyID: in.KmsKeyID, MultiAttach: in.MultiAttach}
 	if v.Type == "" {
 		v.Type = "gp2"
 	}
 	if err := s.applySource(v, in); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if in.KmsKeyID != "" && !v.Encrypted {
-		return nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
+		return nil, nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
 	}
 	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := validateTags(in.Tags); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if in.DryRun {
-		return nil, ec2err.DryRun()
+		return nil, nil, ec2err.DryRun()
 	}
 	v.ID = s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; return ok })
-	ctx, cancel := backendCtx()
-	defer cancel()
-	if v.SnapshotID != "" {
-		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
-	} else {
-		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
+	s.reserved[v.ID] = struct{}{}
+	if v.SourceVolumeID != "" {
+		// The copy holds the source's transitions (a delete waits) until its file is made.
+		s.copying[v.SourceVolumeID]++
 	}
-	if err != nil {
-		klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
-		return nil, internal(err)
-	}
-	v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
-	v.Tags = slices.Clone(in.Tags)
 	if in.ClientToken != "" {
-		v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
-		s.tokens[in.ClientToken] = v.ID
+		s.tokensInFlight[in.ClientToken] = make(chan struct{})
 	}
-	s.volumes[v.ID] = v
-	s.volumeIDs.insert(v.ID)
-	s.markDirty(kindVolume, v.ID)
-	s.markPending(kindVolume, v.ID)
-	klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", zone, "type", v.Type, "sizeGiB", v.SizeGiB, "snapshotID", v.SnapshotID)
-	return v, nil
+	return v, nil, nil
 }
 
-// applySource sets the size (and encryption) from the request and the snapshot it restores, if any.
+// makeVolume creates the planned volume's file without the state lock, then records the volume.
+func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
+	ctx, cancel := ioCtx()
+	var err error
+	switch {
+	case v.SnapshotID != "":
+		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
+	case v.SourceVolumeID != "":
+		err = s.backend.CopyVolume(ctx, v.ID, v.SourceVolumeID, gib(v.SizeGiB))
+	default:
+		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
+	}
+	cancel()
+	var out Volume
+	merr := s.mutate(func(now time.Time) error {
+		// The reservation ends first, so that a failed commit removes the file as an orphan.
+		s.release(v, in.ClientToken)
+		if err != nil {
+			klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
+			if errors.Is(err, blockdev.ErrNotFound) && v.SourceVolumeID != "" {
+				return notFound(ec2err.CodeInvalidVolumeNotFound, "volume", []string{v.SourceVolumeID})
+			}
+			if errors.Is(err, blockdev.ErrNotFound) {
+				return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
+			}
+			return capacityOrInternal(err, v.SizeGiB)
+		}
+		v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
+		v.Tags = slices.Clone(in.Tags)
+		if in.ClientToken != "" {
+			v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
+			s.tokens[in.ClientToken] = v.ID
+		}
+		s.volumes[v.ID] = v
+		s.volumeIDs.insert(v.ID)
+		s.markDirty(kindVolume, v.ID)
+		s.markPending(kindVolume, v.ID)
+		out = v.view()
+		klog.V(2).InfoS("Volume created", "volumeID", v.ID, "zone", v.Zone, "type", v.Type, "sizeGiB", v.SizeGiB,
+			"snapshotID", v.SnapshotID, "sourceVolumeID", v.SourceVolumeID)
+		return nil
+	})
+	return out, merr
+}
+
+// capacityOrInternal answers a backing file that could not be made or grown: a full data directory or a size
+// past its filesystem's largest file is EC2's capacity error, anything else an internal error.
+func capacityOrInternal(err error, sizeGiB int32) error {
+	switch {
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
+			"There is not enough capacity to fulfill your EBS volume provision request: the data directory's filesystem is full (%v).", unix.ENOSPC)
+	case errors.Is(err, unix.EFBIG):
+		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
+			"There is not enough capacity to fulfill your EBS volume provision request: a volume of %d GiB exceeds the largest file the data directory's filesystem can hold (%v).", sizeGiB, unix.EFBIG)
+	}
+	return internal(err)
+}
+
+// release ends a planned volume's reservation and its hold on the volume it copies.
+func (s *State) release(v *Volume, token string) {
+	s.unreserve(v.ID, token)
+	if src := v.SourceVolumeID; src != "" {
+		if s.copying[src]--; s.copying[src] <= 0 {
+			delete(s.copying, src)
+		}
+	}
+}
+
+// applySource sets the size (and encryption) from the request and the snapshot it restores or the volume it
+// copies, if any.
 func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
+	if in.SourceVolumeID != "" {
+		return s.applySourceVolume(v, in)
+	}
 	if in.SnapshotID == "" {
 		if in.SizeGiB == nil {
 			return ec2err.Missing("size")
@@ -148,6 +244,30 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 		v.Encrypted = true
 		if v.KmsKeyID == "" {
 			v.KmsKeyID = sn.KmsKeyID
+		}
+	}
+	return nil
+}
+
+// applySourceVolume: a copy lives in its source's zone, has at least its size and inherits its encryption. The
+// source may be attached (the copy is crash-consistent), but not creating or deleting.
+func (s *State) applySourceVolume(v *Volume, in CreateVolumeInput) error {
+	src, err := s.settledVolume(in.SourceVolumeID)
+	if err != nil {
+		return err
+	}
+	v.SourceVolumeID, v.Zone, v.SizeGiB = src.ID, src.Zone, src.SizeGiB
+	if in.SizeGiB != nil {
+		if *in.SizeGiB < src.SizeGiB {
+			return ec2err.New(ec2err.CodeInvalidParameterValue,
+				"The size of the volume copy (%dGiB) must be at least the size of the source volume '%s' (%dGiB).", *in.SizeGiB, src.ID, src.SizeGiB)
+		}
+		v.SizeGiB = *in.SizeGiB
+	}
+	if src.Encrypted {
+		v.Encrypted = true
+		if v.KmsKeyID == "" {
+			v.KmsKeyID = src.KmsKeyID
 		}
 	}
 	return nil

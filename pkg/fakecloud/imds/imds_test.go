@@ -1,0 +1,126 @@
+package imds_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+func startCloud(t *testing.T) *fakecloudtest.Env {
+	cloud := fakecloud.DefaultCloud()
+	cloud.Instances = []state.InstanceSpec{
+		{ID: fakecloudtest.InstanceA, Zone: "us-east-1a", InstanceType: "c5.large"},
+		{ID: fakecloudtest.InstanceB, Zone: "us-east-1b"},
+	}
+	return fakecloudtest.Start(t, fakecloudtest.Options{Cloud: &cloud})
+}
+
+// TestSDKClient: the SDK's own IMDS client, unchanged, reads each instance's identity from its own endpoint.
+func TestSDKClient(t *testing.T) {
+	e := startCloud(t)
+	ctx := context.Background()
+	tests := []struct{ id, zone, typ string }{
+		{fakecloudtest.InstanceA, "us-east-1a", "c5.large"},
+		{fakecloudtest.InstanceB, "us-east-1b", "m5.large"}, // no type given: the default type
+	}
+	for _, tc := range tests {
+		client := imds.New(imds.Options{Endpoint: e.IMDS(t, tc.id)})
+		doc, err := client.GetInstanceIdentityDocument(ctx, &imds.GetInstanceIdentityDocumentInput{})
+		if err != nil {
+			t.Fatalf("%s: identity document: %v", tc.id, err)
+		}
+		if doc.InstanceID != tc.id || doc.AvailabilityZone != tc.zone || doc.InstanceType != tc.typ || doc.Region != "us-east-1" {
+			t.Errorf("%s: document %+v", tc.id, doc.InstanceIdentityDocument)
+		}
+		for path, want := range map[string]string{
+			"instance-id": tc.id, "instance-type": tc.typ, "placement/availability-zone": tc.zone,
+			"block-device-mapping/": "ami\nroot", "block-device-mapping/root": "/dev/xvda",
+		} {
+			out, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+			if err != nil {
+				t.Fatalf("%s: %s: %v", tc.id, path, err)
+			}
+			body, _ := io.ReadAll(out.Content)
+			if string(body) != want {
+				t.Errorf("%s: %s = %q, want %q", tc.id, path, body, want)
+			}
+		}
+		region, err := client.GetRegion(ctx, &imds.GetRegionInput{})
+		if err != nil || region.Region != "us-east-1" {
+			t.Errorf("%s: region %+v, %v", tc.id, region, err)
+		}
+	}
+	// An unknown path is 404 to the client.
+	client := imds.New(imds.Options{Endpoint: e.IMDS(t, fakecloudtest.InstanceA)})
+	_, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: "no-such-thing"})
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusNotFound {
+		t.Errorf("unknown path: %v, want 404", err)
+	}
+}
+
+// TestProtocol: IMDSv2 only, with EC2's answers to requests that are wrong or hostile.
+func TestProtocol(t *testing.T) {
+	e := startCloud(t)
+	base := e.IMDS(t, fakecloudtest.InstanceA)
+	gone := e.IMDS(t, "i-0ffffffffffffffff") // an instance fakecloud does not know
+
+	do := func(method, url string, hdr map[string]string) (int, string) {
+		req, err := http.NewRequest(method, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	token := func(u string) string {
+		code, tok := do(http.MethodPut, u+"/latest/api/token", map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+		if code != http.StatusOK || tok == "" {
+			t.Fatalf("token: %d %q", code, tok)
+		}
+		return tok
+	}
+	tok := token(base)
+	tests := []struct {
+		name   string
+		method string
+		url    string
+		hdr    map[string]string
+		want   int
+	}{
+		{"token without ttl", http.MethodPut, base + "/latest/api/token", nil, http.StatusBadRequest},
+		{"token ttl 0", http.MethodPut, base + "/latest/api/token", map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "0"}, http.StatusBadRequest},
+		{"token ttl too long", http.MethodPut, base + "/latest/api/token", map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "21601"}, http.StatusBadRequest},
+		{"token through a proxy", http.MethodPut, base + "/latest/api/token", map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "60", "X-Forwarded-For": "10.0.0.1"}, http.StatusForbidden},
+		{"IMDSv1 request", http.MethodGet, base + "/latest/meta-data/instance-id", nil, http.StatusUnauthorized},
+		{"forged token", http.MethodGet, base + "/latest/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": "forged"}, http.StatusUnauthorized},
+		{"valid token", http.MethodGet, base + "/latest/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": tok}, http.StatusOK},
+		{"token of another instance", http.MethodGet, gone + "/latest/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": tok}, http.StatusUnauthorized},
+		{"unknown instance", http.MethodGet, gone + "/latest/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": token(gone)}, http.StatusNotFound},
+		{"path outside latest", http.MethodGet, base + "/2009-04-04/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": tok}, http.StatusNotFound},
+		{"write to metadata", http.MethodPost, base + "/latest/meta-data/instance-id", map[string]string{"X-aws-ec2-metadata-token": tok}, http.StatusMethodNotAllowed},
+	}
+	for _, tc := range tests {
+		if code, body := do(tc.method, tc.url, tc.hdr); code != tc.want {
+			t.Errorf("%s: %d %q, want %d", tc.name, code, strings.TrimSpace(body), tc.want)
+		}
+	}
+}
