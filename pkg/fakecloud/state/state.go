@@ -71,10 +71,10 @@ type State struct {
 	reserved       map[string]struct{}
 	tokensInFlight map[string]chan struct{}
 	copying        map[string]int
-	// removals are deleting volumes whose files are to be removed outside the lock; removing holds them until
-	// their records go, after the file (a crash in between replays the removal).
-	removals []string
-	removing map[string]struct{}
+	// jobs are block I/O scheduled by due transitions, run outside the lock (iojobs.go); ioBusy holds their
+	// volumes until the outcome is applied.
+	jobs   []ioJob
+	ioBusy map[string]struct{}
 
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
@@ -111,7 +111,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		reserved:       map[string]struct{}{},
 		tokensInFlight: map[string]chan struct{}{},
 		copying:        map[string]int{},
-		removing:       map[string]struct{}{},
+		ioBusy:         map[string]struct{}{},
 		pending:        map[pendingKey]struct{}{},
 		dirty:          map[pendingKey]struct{}{},
 		kick:           make(chan struct{}, 1),
@@ -290,55 +290,32 @@ func (s *State) flush() error {
 // mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
 // error: the client must not be told of a change that would not survive a restart.
 func (s *State) mutate(fn func(now time.Time) error) error {
-	var fnErr, err error
-	removals := func() []string {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		now := s.clock.Now()
-		s.advance(now)
-		fnErr = fn(now)
-		err = s.commit()
-		return s.takeRemovals()
-	}()
-	s.removeVolumeFiles(removals)
-	if err != nil {
+	// Block I/O that fell due runs first, so that a zero duration is seen done by this very call.
+	_ = s.step(nil)
+	var fnErr error
+	if err := s.step(func(now time.Time) { fnErr = fn(now) }); err != nil {
 		return internal(err)
 	}
 	return fnErr
 }
 
-// takeRemovals hands over the volume files whose records are committed as gone.
-func (s *State) takeRemovals() []string {
-	r := s.removals
-	s.removals = nil
-	return r
-}
-
-// removeVolumeFiles deletes the files (and any device left) of volumes whose deletion fell due, without the
-// state lock, then drops their records. A volume stays "deleting" until its file is gone.
-func (s *State) removeVolumeFiles(ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	ctx, cancel := ioCtx()
-	defer cancel()
-	removed := make([]bool, len(ids))
-	for i, id := range ids {
-		err := s.backend.DeleteVolume(ctx, id)
-		if err != nil {
-			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", id)
+// step advances due transitions and runs fn under the lock, commits, then runs the block I/O scheduled
+// meanwhile without the lock. It returns the commit's error.
+func (s *State) step(fn func(now time.Time)) error {
+	var err error
+	jobs := func() []ioJob {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.clock.Now()
+		s.advance(now)
+		if fn != nil {
+			fn(now)
 		}
-		removed[i] = err == nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, id := range ids {
-		delete(s.removing, id)
-		if v, ok := s.volumes[id]; ok && removed[i] && v.State == VolumeDeleting {
-			s.dropVolume(v)
-		}
-	}
-	_ = s.commit()
+		err = s.commit()
+		return s.takeJobs()
+	}()
+	s.runJobs(jobs)
+	return err
 }
 
 // commit flushes the dirty records; when that fails, memory goes back to what the store holds, so nothing is
@@ -363,8 +340,7 @@ func (s *State) reload() error {
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
 	clear(s.pending)
 	clear(s.dirty)
-	clear(s.removing)
-	s.removals = nil
+	s.dropJobs()
 	if err := s.load(); err != nil {
 		return err
 	}
@@ -430,14 +406,8 @@ func (s *State) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		s.mu.Lock()
-		now := s.clock.Now()
-		s.advance(now)
-		_ = s.commit()
-		wait := s.nextWake(now)
-		removals := s.takeRemovals()
-		s.mu.Unlock()
-		s.removeVolumeFiles(removals)
+		var wait time.Duration
+		_ = s.step(func(now time.Time) { wait = s.nextWake(now) })
 		if !timer.Stop() {
 			select {
 			case <-timer.C:

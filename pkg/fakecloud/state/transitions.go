@@ -1,13 +1,9 @@
 package state
 
 import (
-	"errors"
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
-	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
 // advance moves every pending resource whose transition is due (and not held by a fault) to its next state.
@@ -38,8 +34,8 @@ func (s *State) advanceVolume(now time.Time, id string) bool {
 	if !ok {
 		return true
 	}
-	if s.copying[id] > 0 {
-		// A snapshot copy holds the volume's backend lock: its transitions wait for the copy.
+	if s.busy(id) {
+		// Block I/O on the volume is in flight; its transitions wait for the outcome.
 		return false
 	}
 	switch v.State {
@@ -76,12 +72,9 @@ func allAttached(v *Volume) bool {
 	return true
 }
 
-// finishDelete queues the removal of the volume's file, which runs outside the lock and then drops the record.
+// finishDelete schedules the removal of the volume's file; the record goes once the file is gone.
 func (s *State) finishDelete(v *Volume) bool {
-	if _, queued := s.removing[v.ID]; !queued {
-		s.removing[v.ID] = struct{}{}
-		s.removals = append(s.removals, v.ID)
-	}
+	s.schedule(ioJob{kind: jobDelete, volumeID: v.ID})
 	return false
 }
 
@@ -100,64 +93,44 @@ func (s *State) dropVolume(v *Volume) {
 	klog.V(2).InfoS("Volume deleted", "volumeID", v.ID)
 }
 
+// advanceAttachments schedules the device work of due attachments, one job per volume at a time; an
+// attachment that holds no device of its own detaches at once.
 func (s *State) advanceAttachments(now time.Time, v *Volume) {
-	kept := v.Attachments[:0]
 	for _, a := range v.Attachments {
 		switch a.State {
 		case AttachAttaching:
 			if due(now, a.DueAt) && !s.stuck(TransitionAttach) {
-				ctx, cancel := backendCtx()
-				dev, err := s.backend.Attach(ctx, v.ID)
-				cancel()
-				if err != nil {
-					klog.ErrorS(err, "Binding block device failed; will retry", "volumeID", v.ID, "instanceID", a.InstanceID)
-				} else {
-					a.State, a.HostDevice = AttachAttached, dev
-					s.markDirty(kindVolume, v.ID)
-					klog.V(2).InfoS("Volume attached", "volumeID", v.ID, "instanceID", a.InstanceID, "device", a.Device, "hostDevice", dev)
-				}
+				s.schedule(ioJob{kind: jobAttach, volumeID: v.ID, instanceID: a.InstanceID})
+				return
 			}
 		case AttachDetaching, AttachBusy:
-			if due(now, a.DueAt) && !s.stuck(TransitionDetach) {
-				if s.releaseDevice(v, a) {
-					s.markDirty(kindVolume, v.ID)
-					klog.V(2).InfoS("Volume detached", "volumeID", v.ID, "instanceID", a.InstanceID)
-					continue
-				}
-				if a.State != AttachBusy {
-					a.State = AttachBusy
-					s.markDirty(kindVolume, v.ID)
-				}
+			if !due(now, a.DueAt) || s.stuck(TransitionDetach) {
+				continue
 			}
+			if holdsDevice(v, a) {
+				s.schedule(ioJob{kind: jobDetach, volumeID: v.ID, instanceID: a.InstanceID, force: a.Force})
+				return
+			}
+			s.dropAttachment(v, a.InstanceID)
+			s.advanceAttachments(now, v)
+			return
 		}
-		kept = append(kept, a)
 	}
-	v.Attachments = kept
 }
 
-// releaseDevice unbinds the volume's device when a is the last attachment holding it; it reports whether the
-// attachment is gone. A device still in use keeps a non-forced detach busy, as a mounted disk does on EC2.
-func (s *State) releaseDevice(v *Volume, a Attachment) bool {
+// holdsDevice reports whether detaching a must release the volume's device: it has one, and no other
+// attachment of the volume still uses it. A device in use keeps a non-forced detach busy, as a mounted disk
+// does on EC2.
+func holdsDevice(v *Volume, a Attachment) bool {
 	if a.HostDevice == "" {
-		return true
+		return false
 	}
 	for _, other := range v.Attachments {
 		if other.InstanceID != a.InstanceID && other.HostDevice != "" {
-			return true
+			return false
 		}
 	}
-	ctx, cancel := backendCtx()
-	defer cancel()
-	err := s.backend.Detach(ctx, v.ID, a.Force)
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, blockdev.ErrBusy):
-		return false
-	default:
-		klog.ErrorS(err, "Releasing block device failed; will retry", "volumeID", v.ID)
-		return false
-	}
+	return true
 }
 
 func (s *State) advanceModification(now time.Time, id string) bool {
@@ -165,7 +138,7 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 	if !ok {
 		return true
 	}
-	if s.stuck(TransitionModify) || s.copying[id] > 0 {
+	if s.stuck(TransitionModify) || s.busy(id) {
 		return false
 	}
 	if m.State == ModModifying && due(now, m.OptimizingAt) {
@@ -174,31 +147,24 @@ func (s *State) advanceModification(now time.Time, id string) bool {
 			return true
 		}
 		if m.TargetSize > v.SizeGiB {
-			ctx, cancel := backendCtx()
-			err := s.backend.ResizeVolume(ctx, id, gib(m.TargetSize))
-			cancel()
-			if capErr := capacityOrInternal(err, m.TargetSize); ec2err.HasCode(capErr, ec2err.CodeInsufficientVolumeCapacity) {
-				// No room to grow: the modification fails and the volume keeps its size, as on EBS.
-				klog.ErrorS(err, "Growing volume failed for lack of capacity", "volumeID", id)
-				m.State, m.StatusMessage, m.EndTime = ModFailed, ec2err.As(capErr).Message, now
-				s.markDirty(kindModification, id)
-				return true
-			}
-			if err != nil {
-				klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", id)
-				return false
-			}
+			s.schedule(ioJob{kind: jobResize, volumeID: id, sizeGiB: m.TargetSize})
+			return false
 		}
-		v.SizeGiB, v.Type, v.Iops, v.Throughput, v.MultiAttach = m.TargetSize, m.TargetType, m.TargetIops, m.TargetThroughput, m.TargetMulti
-		m.State = ModOptimizing
-		s.markDirty(kindVolume, id)
-		s.markDirty(kindModification, id)
+		s.optimize(v, m)
 	}
 	if m.State == ModOptimizing && due(now, m.CompletedAt) {
 		m.State, m.Progress, m.EndTime = ModCompleted, 100, now
 		s.markDirty(kindModification, id)
 	}
 	return m.State == ModCompleted || m.State == ModFailed
+}
+
+// optimize gives the volume its new shape: from optimizing on, the new size is usable, as on EBS.
+func (s *State) optimize(v *Volume, m *Modification) {
+	v.SizeGiB, v.Type, v.Iops, v.Throughput, v.MultiAttach = m.TargetSize, m.TargetType, m.TargetIops, m.TargetThroughput, m.TargetMulti
+	m.State = ModOptimizing
+	s.markDirty(kindVolume, v.ID)
+	s.markDirty(kindModification, v.ID)
 }
 
 func (s *State) advanceSnapshot(now time.Time, id string) bool {
