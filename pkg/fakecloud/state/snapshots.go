@@ -74,8 +74,13 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 // endCopy ends a snapshot copy's reservation and lets its volume's transitions run again.
 func (s *State) endCopy(sn *Snapshot) {
 	delete(s.reserved, sn.ID)
-	if s.copying[sn.VolumeID]--; s.copying[sn.VolumeID] <= 0 {
-		delete(s.copying, sn.VolumeID)
+	s.endCopyOf(sn.VolumeID)
+}
+
+// endCopyOf ends one copy's hold on a volume (a snapshot's or a volume copy's).
+func (s *State) endCopyOf(volumeID string) {
+	if s.copying[volumeID]--; s.copying[volumeID] <= 0 {
+		delete(s.copying, volumeID)
 	}
 }
 

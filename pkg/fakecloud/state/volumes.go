@@ -205,10 +205,8 @@ func capacityOrInternal(err error, sizeGiB int32) error {
 // release ends a planned volume's reservation and its hold on the volume it copies.
 func (s *State) release(v *Volume, token string) {
 	s.unreserve(v.ID, token)
-	if src := v.SourceVolumeID; src != "" {
-		if s.copying[src]--; s.copying[src] <= 0 {
-			delete(s.copying, src)
-		}
+	if v.SourceVolumeID != "" {
+		s.endCopyOf(v.SourceVolumeID)
 	}
 }
 
