@@ -1,6 +1,7 @@
 package ec2cloud
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
 )
 
 // Retry modes.
@@ -78,10 +80,24 @@ func (r *retryers) standardOptions(maxAttempts int) func(*retry.StandardOptions)
 		so.MaxAttempts = maxAttempts
 		so.MaxBackoff = r.opts.MaxBackoff
 		so.RateLimiter = ratelimit.NewTokenRateLimit(r.opts.Tokens)
+		so.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(notRetried)}, so.Retryables...)
 		if r.opts.BaseDelay > 0 {
 			so.Backoff = fullJitter{base: r.opts.BaseDelay, max: r.opts.MaxBackoff}
 		}
 	}
+}
+
+// answersThatStand are error codes EC2 sends with a 5xx status, which the SDK would retry, whose answer will
+// not change within a call's retries: out of capacity. The driver answers at once (ResourceExhausted) and the
+// orchestrator retries later.
+var answersThatStand = map[string]bool{"InsufficientVolumeCapacity": true}
+
+func notRetried(err error) aws.Ternary {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && answersThatStand[ae.ErrorCode()] {
+		return aws.FalseTernary
+	}
+	return aws.UnknownTernary
 }
 
 // forAction returns the per-call option that gives a mutating action its own retryer.

@@ -61,6 +61,19 @@ func TestThrottledWhenRetriesRunOut(t *testing.T) {
 	}
 }
 
+// TestCapacityAnsweredAtOnce: EC2 sends InsufficientVolumeCapacity with a 500, which the SDK would retry; it is
+// answered after one attempt.
+func TestCapacityAnsweredAtOnce(t *testing.T) {
+	e := newTestEnv(t, fakecloudtest.Options{Faults: faults.Config{Errors: map[string]faults.ErrorFault{
+		"CreateVolume": {Rate: 1, Code: "InsufficientVolumeCapacity", Before: true},
+	}}})
+	_, err := e.CreateDisk(testCtx(t), "pvc-full", cloud.DiskOptions{Zone: zoneA, SizeGiB: 1})
+	wantKinds(t, err, cloud.ErrInsufficientCapacity)
+	if n := e.calls(t)["CreateVolume/InsufficientVolumeCapacity"]; n != 1 {
+		t.Errorf("%v attempts, want 1", n)
+	}
+}
+
 // TestRetryBudgetPerAction: CreateVolume exhausting its retry budget leaves AttachVolume's intact.
 func TestRetryBudgetPerAction(t *testing.T) {
 	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(0)}, func(o *Options) {
