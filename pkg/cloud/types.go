@@ -41,20 +41,22 @@ type Disk struct {
 	ID string
 	// Name is the CSI volume name the disk was created under (its TagName tag); empty for disks the driver
 	// did not create.
-	Name        string
-	Zone        string
-	SizeGiB     int32
-	VolumeType  string
-	IOPS        int32
-	Throughput  int32
-	Encrypted   bool
-	KMSKeyID    string
-	SnapshotID  string
-	MultiAttach bool
-	State       string
-	CreateTime  time.Time
-	Tags        map[string]string
-	Attachments []Attachment
+	Name       string
+	Zone       string
+	SizeGiB    int32
+	VolumeType string
+	IOPS       int32
+	Throughput int32
+	Encrypted  bool
+	KMSKeyID   string
+	SnapshotID string
+	// SourceDiskID is the disk this one is a copy of, if any.
+	SourceDiskID string
+	MultiAttach  bool
+	State        string
+	CreateTime   time.Time
+	Tags         map[string]string
+	Attachments  []Attachment
 }
 
 // Attachment binds a disk to an instance. VolumeID and Device are what the node needs to find the block
@@ -71,16 +73,19 @@ type Attachment struct {
 type DiskOptions struct {
 	// Zone is the availability zone; required.
 	Zone string
-	// SizeGiB is the size; required unless SnapshotID is set (then it defaults to the snapshot's size).
+	// SizeGiB is the size; required unless SnapshotID or SourceDiskID is set (then it defaults to the source's).
 	SizeGiB    int32
 	VolumeType string
 	// IOPS and Throughput are left to the cloud's default for the type when zero.
-	IOPS        int32
-	Throughput  int32
-	Encrypted   bool
-	KMSKeyID    string
-	SnapshotID  string
-	MultiAttach bool
+	IOPS       int32
+	Throughput int32
+	Encrypted  bool
+	KMSKeyID   string
+	SnapshotID string
+	// SourceDiskID makes the disk a copy of another (a clone): the copy is made in the source's zone, which
+	// Zone must name, with at least its size (SizeGiB defaults to it).
+	SourceDiskID string
+	MultiAttach  bool
 	// PVCName, PVCNamespace and PVName are recorded as tags (TagPVCName...) when set.
 	PVCName      string
 	PVCNamespace string

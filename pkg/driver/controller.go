@@ -106,6 +106,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		opts.MultiAttach = true
 	}
 	fallback := int64(DefaultVolumeSizeGiB)
+	var cloneSource *cloud.Disk
 	switch src := req.GetVolumeContentSource().GetType().(type) {
 	case nil:
 	case *csi.VolumeContentSource_Snapshot:
@@ -118,11 +119,30 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, rpcError(fmt.Errorf("source snapshot: %w", err))
 		}
 		fallback = int64(snap.SizeGiB)
+	case *csi.VolumeContentSource_Volume:
+		opts.SourceDiskID = src.Volume.GetVolumeId()
+		if !validVolumeID(opts.SourceDiskID) {
+			return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", opts.SourceDiskID)
+		}
+		source, err := c.cloud.GetDisk(ctx, opts.SourceDiskID)
+		if err != nil {
+			return nil, rpcError(fmt.Errorf("source volume: %w", err))
+		}
+		// A clone is made in its source's zone: that zone must satisfy the requirements.
+		if _, err := topology.ChooseZone(req.GetAccessibilityRequirements(), []string{source.Zone}); err != nil {
+			return nil, rpcError(fmt.Errorf("clone of %s (in zone %s): %w", source.ID, source.Zone, err))
+		}
+		cloneSource = source
+		fallback = int64(source.SizeGiB)
 	default:
-		return nil, status.Error(codes.InvalidArgument, "only snapshots can be a volume's content source")
+		return nil, status.Error(codes.InvalidArgument, "a volume's content source must be a snapshot or a volume")
 	}
 	if opts.SizeGiB, err = sizeGiB(req.GetCapacityRange(), fallback); err != nil {
 		return nil, err
+	}
+	if cloneSource != nil && opts.SizeGiB < cloneSource.SizeGiB {
+		return nil, status.Errorf(codes.OutOfRange, "a clone of %s needs at least its %d GiB, the capacity range allows %d GiB",
+			cloneSource.ID, cloneSource.SizeGiB, opts.SizeGiB)
 	}
 	if params.iopsPerGB != 0 {
 		opts.IOPS = params.iopsPerGB * opts.SizeGiB
@@ -133,12 +153,16 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer release()
-	zones, err := c.offeredZones(ctx)
-	if err != nil {
-		return nil, rpcError(err)
-	}
-	if opts.Zone, err = topology.ChooseZone(req.GetAccessibilityRequirements(), zones); err != nil {
-		return nil, rpcError(err)
+	if cloneSource != nil {
+		opts.Zone = cloneSource.Zone
+	} else {
+		zones, err := c.offeredZones(ctx)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		if opts.Zone, err = topology.ChooseZone(req.GetAccessibilityRequirements(), zones); err != nil {
+			return nil, rpcError(err)
+		}
 	}
 	disk, err := c.cloud.CreateDisk(ctx, name, opts)
 	if err != nil {

@@ -16,19 +16,20 @@ import (
 
 func toDisk(v ec2types.Volume) *cloud.Disk {
 	d := &cloud.Disk{
-		ID:          aws.ToString(v.VolumeId),
-		Zone:        aws.ToString(v.AvailabilityZone),
-		SizeGiB:     aws.ToInt32(v.Size),
-		VolumeType:  string(v.VolumeType),
-		IOPS:        aws.ToInt32(v.Iops),
-		Throughput:  aws.ToInt32(v.Throughput),
-		Encrypted:   aws.ToBool(v.Encrypted),
-		KMSKeyID:    aws.ToString(v.KmsKeyId),
-		SnapshotID:  aws.ToString(v.SnapshotId),
-		MultiAttach: aws.ToBool(v.MultiAttachEnabled),
-		State:       string(v.State),
-		CreateTime:  aws.ToTime(v.CreateTime),
-		Tags:        tagMap(v.Tags),
+		ID:           aws.ToString(v.VolumeId),
+		Zone:         aws.ToString(v.AvailabilityZone),
+		SizeGiB:      aws.ToInt32(v.Size),
+		VolumeType:   string(v.VolumeType),
+		IOPS:         aws.ToInt32(v.Iops),
+		Throughput:   aws.ToInt32(v.Throughput),
+		Encrypted:    aws.ToBool(v.Encrypted),
+		KMSKeyID:     aws.ToString(v.KmsKeyId),
+		SnapshotID:   aws.ToString(v.SnapshotId),
+		SourceDiskID: aws.ToString(v.SourceVolumeId),
+		MultiAttach:  aws.ToBool(v.MultiAttachEnabled),
+		State:        string(v.State),
+		CreateTime:   aws.ToTime(v.CreateTime),
+		Tags:         tagMap(v.Tags),
 	}
 	d.Name = d.Tags[cloud.TagName]
 	for _, a := range v.Attachments {

@@ -43,46 +43,23 @@ func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOpti
 		return nil, newError(op, cloud.ErrInvalidArgument, "a disk name is required")
 	case opts.Zone == "":
 		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a zone is required", name)
-	case opts.SizeGiB <= 0 && opts.SnapshotID == "":
-		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a size or a snapshot is required", name)
+	case opts.SizeGiB <= 0 && opts.SnapshotID == "" && opts.SourceDiskID == "":
+		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a size, a snapshot or a source disk is required", name)
+	case opts.SnapshotID != "" && opts.SourceDiskID != "":
+		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a snapshot and a source disk are exclusive", name)
 	}
-	in := &ec2.CreateVolumeInput{
-		AvailabilityZone:  aws.String(opts.Zone),
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
-	}
-	if opts.SizeGiB > 0 {
-		in.Size = aws.Int32(opts.SizeGiB)
-	}
-	if opts.VolumeType != "" {
-		in.VolumeType = ec2types.VolumeType(opts.VolumeType)
-	}
-	if opts.IOPS > 0 {
-		in.Iops = aws.Int32(opts.IOPS)
-	}
-	if opts.Throughput > 0 {
-		in.Throughput = aws.Int32(opts.Throughput)
-	}
-	if opts.Encrypted {
-		in.Encrypted = aws.Bool(true)
-	}
-	if opts.KMSKeyID != "" {
-		in.KmsKeyId = aws.String(opts.KMSKeyID)
-	}
-	if opts.SnapshotID != "" {
-		in.SnapshotId = aws.String(opts.SnapshotID)
-	}
-	if opts.MultiAttach {
-		in.MultiAttachEnabled = aws.Bool(true)
+	submit, action := c.createVolume(name, opts), "CreateVolume"
+	if opts.SourceDiskID != "" {
+		submit, action = c.copyVolume(name, opts), "CopyVolumes"
 	}
 
-	var out *ec2.CreateVolumeOutput
+	var out ec2types.Volume
 	previous := ""
 	for gen := 0; ; gen++ {
-		in.ClientToken = aws.String(clientToken(name, previous))
 		var err error
-		out, err = c.ec2.CreateVolume(ctx, in, c.retry.forAction("CreateVolume"))
+		out, err = submit(ctx, clientToken(name, previous))
 		if err != nil {
-			return nil, classify("CreateVolume", err)
+			return nil, classify(action, err)
 		}
 		if out.State != ec2types.VolumeStateDeleting && out.State != ec2types.VolumeStateDeleted {
 			break
@@ -94,7 +71,7 @@ func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOpti
 		klog.V(2).InfoS("Disk name reused after deletion; creating under the next token", "name", name, "deletedVolumeID", previous)
 	}
 	id := aws.ToString(out.VolumeId)
-	klog.V(4).InfoS("CreateVolume accepted", "name", name, "volumeID", id, "state", out.State)
+	klog.V(4).InfoS("Disk creation accepted", "action", action, "name", name, "volumeID", id, "state", out.State)
 
 	var last ec2types.Volume
 	grace := graceClock{grace: c.wait.ConsistencyGrace}
@@ -124,6 +101,73 @@ func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOpti
 		return nil, fmt.Errorf("%s %q: volume %s still %s: %w", op, name, id, seen(last.State), err)
 	}
 	return nil, err
+}
+
+// volumeSubmit sends one creation request under a ClientToken and returns the volume it made.
+type volumeSubmit func(ctx context.Context, token string) (ec2types.Volume, error)
+
+func (c *Cloud) createVolume(name string, opts cloud.DiskOptions) volumeSubmit {
+	in := &ec2.CreateVolumeInput{
+		AvailabilityZone:   aws.String(opts.Zone),
+		TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
+		VolumeType:         ec2types.VolumeType(opts.VolumeType),
+		Size:               positive(opts.SizeGiB),
+		Iops:               positive(opts.IOPS),
+		Throughput:         positive(opts.Throughput),
+		Encrypted:          trueOrNil(opts.Encrypted),
+		KmsKeyId:           nonEmpty(opts.KMSKeyID),
+		SnapshotId:         nonEmpty(opts.SnapshotID),
+		MultiAttachEnabled: trueOrNil(opts.MultiAttach),
+	}
+	return func(ctx context.Context, token string) (ec2types.Volume, error) {
+		in.ClientToken = aws.String(token)
+		out, err := c.ec2.CreateVolume(ctx, in, c.retry.forAction("CreateVolume"))
+		if err != nil {
+			return ec2types.Volume{}, err
+		}
+		return ec2types.Volume{VolumeId: out.VolumeId, State: out.State}, nil
+	}
+}
+
+// copyVolume copies opts.SourceDiskID (EC2's CopyVolumes), which makes the copy in the source's zone.
+func (c *Cloud) copyVolume(name string, opts cloud.DiskOptions) volumeSubmit {
+	in := &ec2.CopyVolumesInput{
+		SourceVolumeId:     aws.String(opts.SourceDiskID),
+		TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
+		VolumeType:         ec2types.VolumeType(opts.VolumeType),
+		Size:               positive(opts.SizeGiB),
+		Iops:               positive(opts.IOPS),
+		Throughput:         positive(opts.Throughput),
+		Encrypted:          trueOrNil(opts.Encrypted),
+		KmsKeyId:           nonEmpty(opts.KMSKeyID),
+		MultiAttachEnabled: trueOrNil(opts.MultiAttach),
+	}
+	return func(ctx context.Context, token string) (ec2types.Volume, error) {
+		in.ClientToken = aws.String(token)
+		out, err := c.ec2.CopyVolumes(ctx, in, c.retry.forAction("CopyVolumes"))
+		if err != nil {
+			return ec2types.Volume{}, err
+		}
+		if len(out.Volumes) != 1 {
+			return ec2types.Volume{}, newError("copy disk", cloud.ErrFailed, "CopyVolumes answered %d volumes, want 1", len(out.Volumes))
+		}
+		return out.Volumes[0], nil
+	}
+}
+
+// Optional request fields: nil leaves them to the cloud's default.
+func positive(n int32) *int32 {
+	if n <= 0 {
+		return nil
+	}
+	return aws.Int32(n)
+}
+
+func trueOrNil(b bool) *bool {
+	if !b {
+		return nil
+	}
+	return aws.Bool(true)
 }
 
 // creationOutcome judges a volume state while waiting for a new disk: available (or already in use) is done,

@@ -67,6 +67,49 @@ func TestCreateDiskIsIdempotentByName(t *testing.T) {
 	}
 }
 
+// TestCreateDiskCopy: a disk with SourceDiskID is a copy (CopyVolumes) in the source's zone, idempotent by name,
+// at least the source's size.
+func TestCreateDiskCopy(t *testing.T) {
+	e := newTestEnv(t, fakecloudtest.Options{})
+	src, err := e.CreateDisk(testCtx(t), "pvc-src", cloud.DiskOptions{Zone: zoneB, SizeGiB: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := cloud.DiskOptions{Zone: zoneB, SourceDiskID: src.ID}
+	c1, err := e.CreateDisk(testCtx(t), "pvc-clone", opts)
+	if err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if c1.ID == src.ID || c1.SourceDiskID != src.ID || c1.Zone != zoneB || c1.SizeGiB != 3 || c1.Name != "pvc-clone" {
+		t.Errorf("copy %+v of %s", c1, src.ID)
+	}
+	if c2, err := e.CreateDisk(testCtx(t), "pvc-clone", opts); err != nil || c2.ID != c1.ID {
+		t.Errorf("the same copy again: %v, %v; want %s", c2, err, c1.ID)
+	}
+	if e.calls(t)["CopyVolumes"] != 2 {
+		t.Errorf("calls %v, want 2 CopyVolumes", e.calls(t))
+	}
+	tests := []struct {
+		name string
+		opts cloud.DiskOptions
+		want []error
+	}{
+		{"another source under the name", cloud.DiskOptions{Zone: zoneB, SourceDiskID: src.ID, SizeGiB: 4},
+			[]error{cloud.ErrIdempotentParameterMismatch, cloud.ErrAlreadyExists}},
+		{"smaller than the source", cloud.DiskOptions{Zone: zoneB, SourceDiskID: src.ID, SizeGiB: 2}, []error{cloud.ErrInvalidArgument}},
+		{"missing source", cloud.DiskOptions{Zone: zoneB, SourceDiskID: "vol-0123456789abcdef0"}, []error{cloud.ErrNotFound}},
+		{"snapshot and source", cloud.DiskOptions{Zone: zoneB, SourceDiskID: src.ID, SnapshotID: "snap-0123456789abcdef0"}, []error{cloud.ErrInvalidArgument}},
+	}
+	for _, tc := range tests {
+		name := "pvc-clone"
+		if tc.name != "another source under the name" {
+			name = "pvc-" + strings.ReplaceAll(tc.name, " ", "-")
+		}
+		_, err := e.CreateDisk(testCtx(t), name, tc.opts)
+		wantKinds(t, err, tc.want...)
+	}
+}
+
 // TestCreateDiskAfterLostReply: fakecloud creates the volume and then answers InternalError, as if the reply
 // were lost. Whether the SDK retries or the caller does, the ClientToken leads to the same single volume.
 func TestCreateDiskAfterLostReply(t *testing.T) {
