@@ -86,7 +86,11 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		seen, devs[rdev] = true, true
 	}
 	if !seen {
-		return nil, status.Errorf(codes.NotFound, "volume %s is neither attached to nor mounted on this node", volumeID)
+		if !pathExists(publish) && !pathExists(staging) {
+			return nil, status.Errorf(codes.NotFound, "volume %s is neither attached to nor mounted on this node", volumeID)
+		}
+		// The CO staged or published it here (its paths exist), but the device is not there.
+		h.add(inaccessible, "DeviceMissing", fmt.Sprintf("volume %s has no device on this node", volumeID))
 	}
 	for d := range devs {
 		n.deviceProblems(ctx, &h, d)
@@ -170,6 +174,14 @@ func readFirstBlock(node string) error {
 	off := (probeBlock - int(uintptr(unsafe.Pointer(&raw[0]))%probeBlock)) % probeBlock
 	_, err = unix.Pread(fd, raw[off:off+probeBlock], 0)
 	return err
+}
+
+func pathExists(p string) bool {
+	if p == "" {
+		return false
+	}
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 // kernelDeviceName is the kernel's name ("loop3") of the block device numbered rdev.

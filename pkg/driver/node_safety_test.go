@@ -625,6 +625,16 @@ func runNodeHealth(t *testing.T) {
 		e.mustUnstage(id, staging)
 	})
 
+	t.Run("missing device", func(t *testing.T) {
+		// A block volume staged here (its staging directory is left) whose device is gone.
+		staging := e.path("missing-staging")
+		must(t, os.Mkdir(staging, 0o750))
+		got, err := healthOf("vol-0000000000000dead", "", staging)
+		if err != nil || got["DeviceMissing"] != inaccessible {
+			t.Errorf("health = %v, %v; want DeviceMissing", got, err)
+		}
+	})
+
 	t.Run("unknown volume", func(t *testing.T) {
 		_, err := healthOf("vol-0000000000000dead", "", "")
 		wantCode(t, err, codes.NotFound, "health of a volume not on this node")

@@ -95,8 +95,12 @@ func TestNodeStatsAndHealth(t *testing.T) {
 	wantCode(t, err, codes.NotFound, "stats of an unpublished target")
 	_, err = e.node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: staging})
 	wantCode(t, err, codes.NotFound, "stats of an unmounted staging path")
-	// Unmounted, the device has gone with its detach: the volume is nowhere on this node.
-	_, err = health(t, e, id, "", staging)
+	// Unmounted, the device has gone with its detach. Asked about its staging path, which is still there, the
+	// node reports the device missing; asked without paths, the volume is nowhere on this node.
+	if reasons, err := health(t, e, id, "", staging); err != nil || !slices.Equal(reasons, []string{"DeviceMissing"}) {
+		t.Fatalf("health of a detached volume at its staging path: %v, %v; want DeviceMissing", reasons, err)
+	}
+	_, err = health(t, e, id, "", "")
 	wantCode(t, err, codes.NotFound, "health of a detached, unmounted volume")
 }
 
