@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -389,5 +390,61 @@ func TestControllerExpandAndModifyTogether(t *testing.T) {
 	disk, err := cl.GetDisk(ctx, id)
 	if err != nil || disk.SizeGiB != 8 || disk.IOPS != 4000 || disk.Throughput != 300 {
 		t.Errorf("disk = %+v, %v; want 8 GiB, 4000 IOPS, 300 MiB/s", disk, err)
+	}
+}
+
+// TestControllerClone: a volume content source is copied in its own zone, with at least its size; requirements
+// that exclude its zone, a smaller capacity and a missing source are refused before any disk is made.
+func TestControllerClone(t *testing.T) {
+	c, env := newTestController(t)
+	ctx := context.Background()
+	src, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-src", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 3 * gib}, AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func(id string) *csi.VolumeContentSource {
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+	}
+	srcID := src.GetVolume().GetVolumeId()
+	cases := []struct {
+		name    string
+		req     *csi.CreateVolumeRequest
+		code    codes.Code
+		sizeGiB int64
+	}{
+		{"clone in the source's zone, its size", &csi.CreateVolumeRequest{Name: "pvc-clone", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from(srcID), AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a", "us-east-1b"),
+				Preferred: zoneReq("us-east-1a")}}, codes.OK, 3},
+		{"larger clone", &csi.CreateVolumeRequest{Name: "pvc-clone-5", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from(srcID), CapacityRange: &csi.CapacityRange{RequiredBytes: 5 * gib}}, codes.OK, 5},
+		{"requirements exclude the source's zone", &csi.CreateVolumeRequest{Name: "pvc-clone-a", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from(srcID), AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a")}}, codes.InvalidArgument, 0},
+		{"smaller than the source", &csi.CreateVolumeRequest{Name: "pvc-clone-1", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from(srcID), CapacityRange: &csi.CapacityRange{RequiredBytes: gib, LimitBytes: 2 * gib}}, codes.OutOfRange, 0},
+		{"missing source", &csi.CreateVolumeRequest{Name: "pvc-clone-x", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from("vol-0123456789abcdef0")}, codes.NotFound, 0},
+		{"malformed source", &csi.CreateVolumeRequest{Name: "pvc-clone-y", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: from("../etc")}, codes.NotFound, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.CreateVolume(ctx, tc.req)
+			if status.Code(err) != tc.code {
+				t.Fatalf("err = %v, want %s", err, tc.code)
+			}
+			if tc.code != codes.OK {
+				return
+			}
+			v := resp.GetVolume()
+			if v.GetAccessibleTopology()[0].GetSegments()[topology.ZoneKey] != "us-east-1b" || v.GetCapacityBytes() != tc.sizeGiB*gib ||
+				v.GetContentSource().GetVolume().GetVolumeId() != srcID {
+				t.Errorf("clone %+v", v)
+			}
+		})
+	}
+	out, err := env.EC2(t).DescribeVolumes(ctx, &ec2.DescribeVolumesInput{})
+	if err != nil || len(out.Volumes) != 3 {
+		t.Errorf("%d volumes (%v), want the source and two clones", len(out.Volumes), err)
 	}
 }
