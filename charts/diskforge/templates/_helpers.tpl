@@ -103,7 +103,7 @@ changes, and the user's. (dict "root" $ "extra" .Values.x.podAnnotations) */}}
 {{- $a := dict -}}
 {{- if trim $cfg }}{{ $_ := set $a "checksum/cloud-config" ($cfg | sha256sum) }}{{ end -}}
 {{- $a = merge $a (.extra | default dict) -}}
-{{- with $a }}
+{{- with $a -}}
 annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
