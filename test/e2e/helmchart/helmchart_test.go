@@ -171,6 +171,37 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
+// TestChartAddOns checks which optional objects the switches render: fakecloud brings the snapshot-controller
+// unless snapshotController.enabled says otherwise, and the credentials Secret.
+func TestChartAddOns(t *testing.T) {
+	root := repoRoot(t)
+	helm := helmBinary(t, root)
+	addOns := []string{"Deployment/diskforge-system/fakecloud", "Deployment/kube-system/snapshot-controller", "Secret/diskforge-system/aws-credentials", "ConfigMap/diskforge-system/diskforge-cloud"}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []bool // per addOns
+	}{
+		{"defaults", nil, []bool{false, false, false, true}},
+		{"fakecloud", []string{"fakecloud.enabled=true"}, []bool{true, true, true, false}},
+		{"fakecloud without the snapshot-controller", []string{"fakecloud.enabled=true", "snapshotController.enabled=false"}, []bool{true, false, true, false}},
+		{"the snapshot-controller alone", []string{"snapshotController.enabled=true"}, []bool{false, true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var args []string
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			got := byKey(t, helmTemplate(t, helm, root, args...))
+			for i, k := range addOns {
+				if _, ok := got[k]; ok != tc.want[i] {
+					t.Errorf("%s rendered: %v, want %v", k, ok, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
 // TestChartRefuses checks values the chart rejects instead of rendering something that cannot work, and the
 // reason it gives.
 func TestChartRefuses(t *testing.T) {
