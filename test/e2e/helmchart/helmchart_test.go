@@ -1,7 +1,8 @@
 // Package helmchart checks charts/diskforge against deploy/kustomize: rendered with the values of
 // charts/diskforge/ci/<overlay>-values.yaml, the chart gives the same objects as `kustomize build` of the
 // overlay, field for field, once the differences that are deliberate are taken out (normalise*). It also
-// checks that the chart's own knobs (values the overlays do not set) land where they should.
+// checks that the chart's own knobs (values the overlays do not set) land where they should, which add-ons
+// the switches render, and that values which cannot work are refused with a reason.
 //
 // It runs helm (built by hack/build-e2e-tools.sh into .cache/e2e-bin; $HELM overrides) and kustomize's
 // library, the one kubectl kustomize runs. `make manifests` runs it.
