@@ -80,7 +80,8 @@ image:
 	$(DOCKER) build -f Dockerfile.driver --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO)/driver:$(IMAGE_TAG) .
 	$(DOCKER) build -f Dockerfile.fakecloud -t $(IMAGE_REPO)/fakecloud:$(IMAGE_TAG) .
 
-# Renders deploy/kustomize (base and every overlay) into _output/manifests and checks it offline; bash -n and
-# shellcheck of the kind script (test/e2e/kind/run.sh).
+# Renders deploy/kustomize (base and every overlay) and the Helm chart (default, kind and provider values: helm-*.yaml)
+# into _output/manifests and checks them offline: helm lint, test/e2e/helmchart (chart and overlays give the same
+# objects), bash -n and shellcheck of the scripts. Helm is built from tools/helm into .cache/e2e-bin on first use.
 manifests:
 	bash deploy/check-manifests.sh _output/manifests

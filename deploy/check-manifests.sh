@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Renders every kustomization under deploy/kustomize (base, then each overlay) into OUTDIR/<name>.yaml and
-# checks what can be checked without a cluster: each renders, every image is pinned to a tag, every CSI
-# socket is /csi/csi.sock, the kind overlay points the driver at fakecloud and the provider overlay at its
-# configuration; then the kind script (bash -n, shellcheck). The objects themselves are checked against a
-# real API server by the e2e harness (server-side dry-run).
+# Renders every kustomization under deploy/kustomize (base, then each overlay) into OUTDIR/<name>.yaml, and
+# the Helm chart charts/diskforge with its default values, the kind-like and the provider-like values
+# (charts/diskforge/ci/) into OUTDIR/helm-{default,kind,provider}.yaml, and checks what can be checked without
+# a cluster: each renders, every image is pinned to a tag, every CSI socket is /csi/csi.sock, the kind
+# renders point the driver at fakecloud and the provider renders at their configuration; helm lint --strict
+# with each values file; test/e2e/helmchart (the chart gives the overlays' objects for the same settings);
+# then the scripts (bash -n, shellcheck). The objects themselves are checked against a real API server by
+# the e2e harness (server-side dry-run).
 #
 # Usage: deploy/check-manifests.sh [OUTDIR]   (default _output/manifests)
 # Renders with `kubectl kustomize`, or with kustomize (installed with `go install` when kubectl is missing);
-# KUSTOMIZE="kustomize build" or similar overrides.
+# KUSTOMIZE="kustomize build" or similar overrides. Helm is the pinned one of tools/helm, built into
+# .cache/e2e-bin by hack/build-e2e-tools.sh (a no-op when up to date); HELM=/path/to/helm overrides.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -38,13 +42,10 @@ for d in deploy/kustomize/overlays/*/; do
 	dirs+=("${d%/}")
 done
 
-for dir in "${dirs[@]}"; do
-	name=$(basename "$dir")
-	file=$out/$name.yaml
-	if ! "${render[@]}" "$dir" >"$file"; then
-		problem "$dir does not render"
-		continue
-	fi
+# check_render SOURCE NAME FILE checks one rendered file; NAME (kind, provider, default: the chart's default
+# values, a cloud like provider's) selects the cloud checks.
+check_render() {
+	local dir=$1 name=$2 file=$3 objects image
 	objects=$(grep -c '^kind:' "$file" || true)
 	echo "$dir: $objects objects → $file"
 	((objects > 0)) || problem "$dir renders no objects"
@@ -52,7 +53,7 @@ for dir in "${dirs[@]}"; do
 	# Every image pinned: a tag, not latest.
 	while read -r image; do
 		[[ $image =~ :[A-Za-z0-9._-]+$ && ! $image =~ :latest$ ]] || problem "$dir: image $image is not pinned to a tag"
-	done < <(sed -n 's/^[[:space:]]*image:[[:space:]]*//p' "$file" | sort -u)
+	done < <(sed -n 's/^[[:space:]]*image:[[:space:]]*"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$file" | sort -u)
 
 	# The socket every CSI container talks over, as the e2e harness rewrites it.
 	grep -qF -- '--endpoint=unix:///csi/csi.sock' "$file" || problem "$dir: no driver on unix:///csi/csi.sock"
@@ -63,18 +64,61 @@ for dir in "${dirs[@]}"; do
 	kind)
 		[[ $(grep -cF -- '--cloud-endpoint=http://fakecloud.diskforge-system.svc:8787' "$file") == 2 ]] ||
 			problem "$dir: controller and node must both point at fakecloud"
-		grep -q '^  name: aws-credentials-' "$file" || problem "$dir: no generated aws-credentials Secret"
+		grep -q '^  name: aws-credentials' "$file" || problem "$dir: no aws-credentials Secret"
 		;;
-	provider)
+	provider | default)
 		# shellcheck disable=SC2016 # $(AWS_REGION) is for the kubelet to expand, not the shell.
-		[[ $(grep -cF -- '--region=$(AWS_REGION)' "$file") == 2 ]] ||
+		[[ $(grep -cE -- '^[[:space:]]*- --region=\$\(AWS_REGION\)$' "$file") == 2 ]] ||
 			problem "$dir: controller and node must both take the region from diskforge-cloud"
 		;;
 	esac
+}
+
+for dir in "${dirs[@]}"; do
+	name=$(basename "$dir")
+	file=$out/$name.yaml
+	if ! "${render[@]}" "$dir" >"$file"; then
+		problem "$dir does not render"
+		continue
+	fi
+	check_render "$dir" "$name" "$file"
 done
 
+# The Helm chart, with the pinned helm.
+chart=charts/diskforge
+if [[ -n ${HELM:-} ]]; then
+	helm=$HELM
+else
+	hack/build-e2e-tools.sh helm
+	helm=$PWD/.cache/e2e-bin/helm
+fi
+# helm's own state (repositories, plugins, cache) stays out of $HOME.
+export HELM_CACHE_HOME=$PWD/.cache/helm/cache HELM_CONFIG_HOME=$PWD/.cache/helm/config HELM_DATA_HOME=$PWD/.cache/helm/data
+echo "$chart: $("$helm" version --short)"
+for values in default kind provider; do
+	args=()
+	[[ $values == default ]] || args=(-f "$chart/ci/$values-values.yaml")
+	file=$out/helm-$values.yaml
+	if "$helm" lint --strict --quiet "$chart" "${args[@]}" --namespace diskforge-system >"$out/helm-$values.lint" 2>&1; then
+		echo "$chart ($values values): helm lint --strict clean"
+	else
+		cat "$out/helm-$values.lint" >&2
+		problem "$chart: helm lint with $values values"
+	fi
+	if ! "$helm" template diskforge "$chart" --namespace diskforge-system "${args[@]}" >"$file"; then
+		problem "$chart does not render with $values values"
+		continue
+	fi
+	check_render "$chart ($values values)" "$values" "$file"
+done
+if (cd test/e2e && HELM=$helm go test -count=1 ./helmchart/); then
+	echo "$chart: same objects as deploy/kustomize/overlays/{kind,provider} (test/e2e/helmchart)"
+else
+	problem "$chart: test/e2e/helmchart"
+fi
+
 command -v shellcheck >/dev/null || problem "shellcheck not found (Debian package shellcheck)"
-for script in test/e2e/kind/run.sh deploy/check-manifests.sh; do
+for script in test/e2e/kind/run.sh deploy/check-manifests.sh hack/build-e2e-tools.sh; do
 	if bash -n "$script" && shellcheck "$script"; then
 		echo "$script: bash -n and shellcheck clean"
 	else

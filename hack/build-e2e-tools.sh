@@ -7,6 +7,7 @@
 #   tools/etcd      etcd (go.etcd.io/etcd/server/v3)
 #   tools/sidecars  csi-provisioner csi-attacher csi-resizer csi-snapshotter
 #                   snapshot-controller, plus the snapshot CRDs in crds/
+#   tools/helm      helm (helm.sh/helm/v3), for make manifests (charts/diskforge)
 #
 # Versions are pinned only in each module's go.mod/go.sum; the version strings
 # stamped into the binaries are read from there. A module is rebuilt only when
@@ -14,7 +15,7 @@
 # command line, `go version` and the relevant `go env`. Rebuilds reuse the Go
 # build cache, so only the link step reruns after a flag-only change.
 #
-# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars ...]   (default: all)
+# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars|helm ...]   (default: all)
 # Env:   E2E_BIN_DIR  output dir (default <repo>/.cache/e2e-bin)
 #        E2E_FORCE=1  rebuild even if the stamp matches
 #        E2E_NICE     nice level for the go commands (default 10)
@@ -24,7 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${E2E_BIN_DIR:-${ROOT}/.cache/e2e-bin}
 FORCE=${E2E_FORCE:-0}
 NICE=(nice -n "${E2E_NICE:-10}")
-ALL_MODULES=(kube etcd sidecars)
+ALL_MODULES=(kube etcd sidecars helm)
 
 log() { printf '[build-e2e-tools] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -116,6 +117,25 @@ plan_sidecars() {
   BUILD=("$(join_args "${args[@]}")")
   EXTRA=(crds/snapshot.storage.k8s.io_volumesnapshots.yaml crds/snapshot.storage.k8s.io_volumesnapshotcontents.yaml crds/snapshot.storage.k8s.io_volumesnapshotclasses.yaml)
   POST=copy_snapshot_crds
+}
+
+plan_helm() {
+  DIR=${ROOT}/tools/helm
+  local v k8s minor ld pkg
+  v=$(mod_version "${DIR}" helm.sh/helm/v3)
+  k8s=$(mod_version "${DIR}" k8s.io/client-go)
+  [[ ${k8s} =~ ^v0\.([0-9]+)\. ]] || die "unexpected k8s.io/client-go version ${k8s}"
+  minor=${BASH_REMATCH[1]}
+  # What helm's own Makefile sets: its version, and the Kubernetes version of
+  # its client-go (v0.X -> 1.X) for .Capabilities.KubeVersion in helm template
+  # and the deprecated-API rules of helm lint (both 1.20 otherwise).
+  ld="-X helm.sh/helm/v3/internal/version.version=${v}"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${minor}"
+  done
+  BINS=(helm)
+  BUILD=("$(join_args -ldflags="${ld}" -o "${OUT}/helm" helm.sh/helm/v3/cmd/helm)")
+  EXTRA=() POST=''
 }
 
 # copy_snapshot_crds copies the VolumeSnapshot and VolumeGroupSnapshot CRDs of
