@@ -44,6 +44,12 @@ done
 
 # check_render SOURCE NAME FILE checks one rendered file; NAME (kind, provider, default: the chart's default
 # values, a cloud like provider's) selects the cloud checks.
+# node_doc prints the node DaemonSet's document of a rendered file.
+node_doc() {
+	awk 'function flush() { if (buf ~ /kind: DaemonSet/ && buf ~ /name: diskforge-node/) printf "%s", buf; buf = "" }
+		/^---/ { flush(); next } { buf = buf $0 "\n" } END { flush() }' "$1"
+}
+
 check_render() {
 	local dir=$1 name=$2 file=$3 objects image
 	objects=$(grep -c '^kind:' "$file" || true)
@@ -60,16 +66,25 @@ check_render() {
 	grep -F -- '--csi-address=' "$file" | grep -qvF -- '--csi-address=/csi/csi.sock' &&
 		problem "$dir: a --csi-address other than /csi/csi.sock"
 
+	# The node plugin never calls the cloud: no endpoint, region or credentials reach it.
+	local node
+	node=$(node_doc "$file")
+	if grep -qE -- 'cloud-endpoint|--region|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY|aws-credentials|diskforge-cloud' <<<"$node"; then
+		problem "$dir: the node DaemonSet carries cloud settings or credentials"
+	fi
+	# shellcheck disable=SC2016 # $(NODE_NAME) is for the kubelet to expand.
+	grep -qF -- '--node-name=$(NODE_NAME)' <<<"$node" || problem "$dir: the node plugin does not read its Node"
+
 	case $name in
 	kind)
-		[[ $(grep -cF -- '--cloud-endpoint=http://fakecloud.diskforge-system.svc:8787' "$file") == 2 ]] ||
-			problem "$dir: controller and node must both point at fakecloud"
+		[[ $(grep -cF -- '--cloud-endpoint=http://fakecloud.diskforge-system.svc:8787' "$file") == 1 ]] ||
+			problem "$dir: the controller (and only it) must point at fakecloud"
 		grep -q '^  name: aws-credentials' "$file" || problem "$dir: no aws-credentials Secret"
 		;;
 	provider | default)
 		# shellcheck disable=SC2016 # $(AWS_REGION) is for the kubelet to expand, not the shell.
-		[[ $(grep -cE -- '^[[:space:]]*- --region=\$\(AWS_REGION\)$' "$file") == 2 ]] ||
-			problem "$dir: controller and node must both take the region from diskforge-cloud"
+		[[ $(grep -cE -- '^[[:space:]]*- --region=\$\(AWS_REGION\)$' "$file") == 1 ]] ||
+			problem "$dir: the controller must take the region from diskforge-cloud"
 		;;
 	esac
 }

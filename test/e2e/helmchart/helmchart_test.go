@@ -105,7 +105,7 @@ func TestChartValues(t *testing.T) {
 			want: map[string]any{
 				"spec.template.spec.nodeSelector":                                           map[string]any{"kubernetes.io/os": "linux", "pool": "storage"},
 				"spec.template.spec.tolerations":                                            nil,
-				"spec.template.spec.containers[driver].args[8]":                             "--max-volumes-per-node=16",
+				"spec.template.spec.containers[driver].args[5]":                             "--max-volumes-per-node=16",
 				"spec.template.spec.containers[driver].volumeMounts[kubelet-dir].mountPath": "/var/lib/k0s/kubelet",
 				"spec.template.spec.volumes[kubelet-dir].hostPath.path":                     "/var/lib/k0s/kubelet",
 				"spec.template.spec.volumes[plugin-dir].hostPath.path":                      "/var/lib/k0s/kubelet/plugins/disk.csi.diskforge.io/",
