@@ -169,10 +169,13 @@ for _ in $(seq 1 30); do
 	sleep 1
 done
 curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || die "fakecloud unreachable through the port-forward ($work/port-forward.log)"
+# /admin takes the bearer token from the credentials Secret (its name carries kustomize's hash).
+secret=$(kubectl -n "$ns" get secrets -o name | grep -m1 '^secret/aws-credentials') || die "no aws-credentials Secret in $ns"
+admin_token=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
 while read -r node id zone; do
 	echo "$node: $id in $zone"
-	curl -fsS -X PUT -H 'Content-Type: application/json' -d "{\"zone\":\"$zone\"}" \
-		"http://127.0.0.1:$port/admin/instances/$id" >/dev/null
+	curl -fsS -X PUT -H 'Content-Type: application/json' -H "Authorization: Bearer $admin_token" \
+		-d "{\"zone\":\"$zone\"}" "http://127.0.0.1:$port/admin/instances/$id" >/dev/null
 done < <(kubectl get nodes -l node.diskforge.io/instance-id -o \
 	jsonpath='{range .items[*]}{.metadata.name} {.metadata.labels.node\.diskforge\.io/instance-id} {.metadata.labels.topology\.kubernetes\.io/zone}{"\n"}{end}')
 
