@@ -285,7 +285,7 @@ func ec2Calls(t *testing.T, env *fakecloudtest.Env) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for _, m := range families["fakecloud_requests_total"].GetMetric() {
+	for _, m := range families["diskforge_fakecloud_requests_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "action" {
 				out[l.GetValue()] += m.GetCounter().GetValue()

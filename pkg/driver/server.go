@@ -74,9 +74,9 @@ type rpcMetrics struct {
 
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 	m := &rpcMetrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "csi_rpc_requests_total",
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "diskforge_csi_rpc_requests_total",
 			Help: "CSI RPCs served, by method and gRPC code."}, []string{"method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "csi_rpc_duration_seconds",
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "diskforge_csi_rpc_duration_seconds",
 			Help: "CSI RPC latency by method.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"method"}),
 	}
 	if reg != nil {

@@ -244,7 +244,7 @@ func TestAdminInstancesAndMetrics(t *testing.T) {
 		t.Errorf("healthz: %d %q", status, body)
 	}
 	_, metrics := do(http.MethodGet, "/metrics", "")
-	for _, want := range []string{`fakecloud_requests_total{action="CreateVolume",code="Success"} 1`, `fakecloud_request_duration_seconds_bucket{action="AttachVolume"`} {
+	for _, want := range []string{`diskforge_fakecloud_requests_total{action="CreateVolume",code="Success"} 1`, `diskforge_fakecloud_request_duration_seconds_bucket{action="AttachVolume"`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -127,7 +127,7 @@ func (p *procs) startDriver(ctx context.Context, bin string, args ...string) (*g
 	return conn, nil
 }
 
-// scrapeCalls reads fakecloud_requests_total by action, by action and code ("Action/Code"), and in total;
+// scrapeCalls reads diskforge_fakecloud_requests_total by action, by action and code ("Action/Code"), and in total;
 // and the seconds fakecloud spent serving each action, under "seconds:Action".
 func scrapeCalls(url string) (map[string]float64, error) {
 	resp, err := http.Get(url + "/metrics")
@@ -140,14 +140,14 @@ func scrapeCalls(url string) (map[string]float64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, `fakecloud_request_duration_seconds_sum{action="`); ok {
+		if rest, ok := strings.CutPrefix(line, `diskforge_fakecloud_request_duration_seconds_sum{action="`); ok {
 			action, value, _ := strings.Cut(rest, `"} `)
 			if v, err := strconv.ParseFloat(value, 64); err == nil {
 				out["seconds:"+action] += v
 			}
 			continue
 		}
-		rest, ok := strings.CutPrefix(line, "fakecloud_requests_total{")
+		rest, ok := strings.CutPrefix(line, "diskforge_fakecloud_requests_total{")
 		if !ok {
 			continue
 		}

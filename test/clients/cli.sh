@@ -117,7 +117,7 @@ poll() {
 
 # describe_volumes_calls prints how many successful DescribeVolumes requests fakecloud has served (GET /metrics).
 describe_volumes_calls() {
-	curl -fsS "$ENDPOINT/metrics" | awk '/^fakecloud_requests_total\{/ && /action="DescribeVolumes"/ && /code="Success"/ { n += $NF } END { print n + 0 }'
+	curl -fsS "$ENDPOINT/metrics" | awk '/^diskforge_fakecloud_requests_total\{/ && /action="DescribeVolumes"/ && /code="Success"/ { n += $NF } END { print n + 0 }'
 }
 
 # words prints its arguments sorted, one line, so ID lists compare regardless of order.

@@ -227,10 +227,10 @@ func fakecloudCalls(tb testing.TB, url string) map[string]float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "fakecloud_requests_total{") {
+		if !strings.HasPrefix(line, "diskforge_fakecloud_requests_total{") {
 			continue
 		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "fakecloud_requests_total{"), "} ")
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "diskforge_fakecloud_requests_total{"), "} ")
 		if !ok {
 			continue
 		}

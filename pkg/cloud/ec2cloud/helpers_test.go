@@ -117,7 +117,7 @@ func (e *testEnv) rawVolume(t testing.TB, id string) ec2types.Volume {
 	return out.Volumes[0]
 }
 
-// calls sums cloud_api_requests_total by action (and by action/code under "action/code").
+// calls sums diskforge_cloud_api_requests_total by action (and by action/code under "action/code").
 func (e *testEnv) calls(t testing.TB) map[string]float64 {
 	t.Helper()
 	return requestCounts(t, e.reg)

@@ -13,10 +13,10 @@ import (
 
 // Metric names.
 const (
-	metricRequests  = "cloud_api_requests_total"
-	metricDuration  = "cloud_api_request_duration_seconds"
-	metricBatchSize = "cloud_describe_batch_size"
-	metricWait      = "cloud_wait_duration_seconds"
+	metricRequests  = "diskforge_cloud_api_requests_total"
+	metricDuration  = "diskforge_cloud_api_request_duration_seconds"
+	metricBatchSize = "diskforge_cloud_describe_batch_size"
+	metricWait      = "diskforge_cloud_wait_duration_seconds"
 )
 
 // codeSuccess labels requests that succeeded.

@@ -14,10 +14,10 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fakecloud_requests_total", Help: "EC2 API requests by action and result code (Success or the EC2 error code).",
+			Name: "diskforge_fakecloud_requests_total", Help: "EC2 API requests by action and result code (Success or the EC2 error code).",
 		}, []string{"action", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "fakecloud_request_duration_seconds", Help: "EC2 API request latency by action, including injected latency.",
+			Name: "diskforge_fakecloud_request_duration_seconds", Help: "EC2 API request latency by action, including injected latency.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"action"}),
 	}
