@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/internal/cli"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
@@ -24,7 +25,6 @@ import (
 )
 
 func main() {
-	klog.InitFlags(nil)
 	if err := run(); err != nil {
 		klog.ErrorS(err, "fakecloud failed")
 		klog.Flush()
@@ -41,9 +41,11 @@ type options struct {
 	keysFile  string
 	tokenFile string
 	imds      map[string]string
-	faultSpec faults.Spec
-	timeouts  fakecloud.Timeouts
-	cfg       fakecloud.Config
+	// versionOnly: --version was given and printed.
+	versionOnly bool
+	faultSpec   faults.Spec
+	timeouts    fakecloud.Timeouts
+	cfg         fakecloud.Config
 }
 
 func parseFlags() (*options, error) {
@@ -74,9 +76,12 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")
 	imdsSpec := flag.String("imds", "", "serve the instance metadata service (IMDSv2) of instances as ID=ADDRESS,…, one listener each")
 	o.faultSpec.RegisterFlags(flag.CommandLine)
+	common := cli.AddFlags(flag.CommandLine, "fakecloud")
 	flag.Parse()
-
 	var err error
+	if o.versionOnly, err = common.Apply(os.Stdout); o.versionOnly || err != nil {
+		return o, err
+	}
 	if o.cfg.Cloud.Zones, err = parseZones(o.zones); err != nil {
 		return nil, err
 	}
@@ -115,6 +120,9 @@ func parseFlags() (*options, error) {
 
 func run() error {
 	o, err := parseFlags()
+	if err == nil && o.versionOnly {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
