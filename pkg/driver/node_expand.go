@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -177,12 +178,18 @@ func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint6
 				return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
 			}
 		}
-		if out, err := n.mounter.Exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
-			return fmt.Errorf("resize2fs %s: %w: %s", dev, err, out)
-		}
-		return nil
+		return n.resizeFs(dev, "")
 	})
 	return err
+}
+
+// resizeFs grows the filesystem on dev (mounted at mountPoint, for xfs) with mount-utils' ResizeFs, which
+// runs resize2fs or xfs_growfs as the filesystem asks.
+func (n *NodeServer) resizeFs(dev, mountPoint string) error {
+	if _, err := mount.NewResizeFs(n.mounter.Exec).Resize(dev, mountPoint); err != nil {
+		return fmt.Errorf("grow the filesystem on %s: %w", dev, err)
+	}
+	return nil
 }
 
 // growExt4Online grows a mounted ext4 with EXT4_IOC_RESIZE_FS and returns its size. The ioctl is used rather
@@ -211,10 +218,7 @@ func (n *NodeServer) growExt4Online(ctx context.Context, dev, mountPoint string)
 func (n *NodeServer) growXFS(ctx context.Context, dev, mountPoint string) (int64, error) {
 	return growToDevice(dev, func() (int64, int64, error) { return n.xfsGeometry(ctx, mountPoint) }, func(bs, newBlocks int64) error {
 		klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
-		if out, err := n.mounter.Exec.CommandContext(ctx, "xfs_growfs", "-d", mountPoint).CombinedOutput(); err != nil {
-			return fmt.Errorf("xfs_growfs -d %s: %w: %s", mountPoint, err, out)
-		}
-		return nil
+		return n.resizeFs(dev, mountPoint)
 	})
 }
 
