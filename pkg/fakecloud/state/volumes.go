@@ -230,18 +230,32 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 	if sn.State != SnapshotCompleted {
 		return ec2err.New(ec2err.CodeIncorrectState, "Snapshot '%s' is in state '%s'; a volume can only be created from a completed snapshot.", sn.ID, sn.State)
 	}
-	v.SnapshotID, v.SizeGiB = sn.ID, sn.VolumeSize
-	if in.SizeGiB != nil {
-		if *in.SizeGiB < sn.VolumeSize {
-			return ec2err.New(ec2err.CodeInvalidParameterValue,
-				"Volume of size %dGiB is smaller than snapshot '%s', expect size >= %dGiB", *in.SizeGiB, sn.ID, sn.VolumeSize)
+	v.SnapshotID = sn.ID
+	return inherit(v, in.SizeGiB, sourceOf{sn.VolumeSize, sn.Encrypted, sn.KmsKeyID},
+		"Volume of size %dGiB is smaller than snapshot '%s', expect size >= %dGiB", sn.ID)
+}
+
+// sourceOf is what a new volume takes from the snapshot it restores or the volume it copies.
+type sourceOf struct {
+	sizeGiB   int32
+	encrypted bool
+	kmsKeyID  string
+}
+
+// inherit gives v its source's size unless a larger one is asked (tooSmall, with the size asked, the source's ID
+// and its size, refuses a smaller one), and its source's encryption.
+func inherit(v *Volume, sizeGiB *int32, src sourceOf, tooSmall, srcID string) error {
+	v.SizeGiB = src.sizeGiB
+	if sizeGiB != nil {
+		if *sizeGiB < src.sizeGiB {
+			return ec2err.New(ec2err.CodeInvalidParameterValue, tooSmall, *sizeGiB, srcID, src.sizeGiB)
 		}
-		v.SizeGiB = *in.SizeGiB
+		v.SizeGiB = *sizeGiB
 	}
-	if sn.Encrypted {
+	if src.encrypted {
 		v.Encrypted = true
 		if v.KmsKeyID == "" {
-			v.KmsKeyID = sn.KmsKeyID
+			v.KmsKeyID = src.kmsKeyID
 		}
 	}
 	return nil
@@ -254,21 +268,9 @@ func (s *State) applySourceVolume(v *Volume, in CreateVolumeInput) error {
 	if err != nil {
 		return err
 	}
-	v.SourceVolumeID, v.Zone, v.SizeGiB = src.ID, src.Zone, src.SizeGiB
-	if in.SizeGiB != nil {
-		if *in.SizeGiB < src.SizeGiB {
-			return ec2err.New(ec2err.CodeInvalidParameterValue,
-				"The size of the volume copy (%dGiB) must be at least the size of the source volume '%s' (%dGiB).", *in.SizeGiB, src.ID, src.SizeGiB)
-		}
-		v.SizeGiB = *in.SizeGiB
-	}
-	if src.Encrypted {
-		v.Encrypted = true
-		if v.KmsKeyID == "" {
-			v.KmsKeyID = src.KmsKeyID
-		}
-	}
-	return nil
+	v.SourceVolumeID, v.Zone = src.ID, src.Zone
+	return inherit(v, in.SizeGiB, sourceOf{src.SizeGiB, src.Encrypted, src.KmsKeyID},
+		"The size of the volume copy (%dGiB) must be at least the size of the source volume '%s' (%dGiB).", src.ID)
 }
 
 func (s *State) resolveZone(name, id string) (string, error) {
