@@ -45,6 +45,7 @@ lint:
 	@out=$$(gofmt -l cmd pkg internal test hack tools); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	shellcheck hack/*.sh test/clients/*.sh test/e2e/kind/*.sh deploy/*.sh .ci/run
+	cd tools/images && $(GO) vet ./...
 
 # What a fresh Debian machine lacks for the tests (run as root); `make test` runs it itself.
 deps:
@@ -53,15 +54,25 @@ deps:
 clean:
 	rm -rf $(BIN)
 
-# Container images of the driver and fakecloud (needs a Docker engine). The deploy manifests and the kind
-# script use diskforge/driver:dev and diskforge/fakecloud:dev; push elsewhere with IMAGE_REPO/IMAGE_TAG.
+# Container images without Docker (tools/images, go-containerregistry): the driver, fakecloud, the CSI sidecars
+# built from their modules, our registrar and liveness probe, and the e2e's pause, busybox and agnhost, as OCI
+# image-layout tarballs in _output/images (ctr -n k8s.io images import), reproducibly; then a test that each image
+# holds what its entrypoint needs. `make image-docker` builds the driver and fakecloud from the Dockerfiles.
+IMAGE_BIN := $(CURDIR)/_output/image-bin
+IMAGES    := $(CURDIR)/_output/images
 DOCKER     ?= docker
 IMAGE_REPO ?= diskforge
 IMAGE_TAG  ?= dev
 
-.PHONY: image manifests
+.PHONY: image image-docker manifests
 
-image:
+image: e2e-tools
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(IMAGE_BIN)/ ./cmd/driver ./cmd/fakecloud
+	cd tools/images && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN)/ ./cmd/registrar ./cmd/livenessprobe ./cmd/pause ./cmd/imagebuild
+	$(IMAGE_BIN)/imagebuild -bin $(IMAGE_BIN) -e2e-bin $(CURDIR)/.cache/e2e-bin -out $(IMAGES)
+	cd tools/images && IMAGES_DIR=$(IMAGES) $(GO) test -count=1 ./...
+
+image-docker:
 	$(DOCKER) build -f Dockerfile.driver --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO)/driver:$(IMAGE_TAG) .
 	$(DOCKER) build -f Dockerfile.fakecloud -t $(IMAGE_REPO)/fakecloud:$(IMAGE_TAG) .
 

@@ -5,7 +5,10 @@ set -euo pipefail
 
 need=(e2fsprogs:mkfs.ext4 e2fsprogs:resize2fs xfsprogs:mkfs.xfs xfsprogs:xfs_growfs util-linux:losetup util-linux:blkid util-linux:blockdev)
 if [[ "${1:-test}" == test ]]; then
-	need+=(awscli:/usr/bin/aws shellcheck:shellcheck curl:curl)
+	# The e2e: containers run by Debian's runc; busybox-static is the e2e images' shell and tools (make image);
+	# iproute2 makes the cluster's dummy interface and removes the CNI bridge; ca-certificates go into images.
+	need+=(awscli:/usr/bin/aws shellcheck:shellcheck curl:curl runc:runc busybox-static:busybox iproute2:ip
+		util-linux:unshare util-linux:nsenter ca-certificates:/etc/ssl/certs/ca-certificates.crt)
 fi
 
 missing=()
