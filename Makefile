@@ -5,7 +5,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build demo test test-go test-clients e2e e2e-tools bench lint deps clean
+.PHONY: all build demo test test-go test-clients e2e e2e-conformance e2e-tools bench lint deps clean
 
 all: build
 
@@ -29,10 +29,19 @@ test-go:
 test-clients:
 	bash test/clients/run.sh
 
-# Real Kubernetes (v1.36.3 apiserver, controller manager, scheduler, three kubelets on a fake runtime, the CSI
-# sidecars) as local processes driving the driver; the binaries are built once into .cache/e2e-bin.
-e2e: build e2e-tools
-	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -tags e2e -count=1 -v -timeout 40m ./scenarios/
+# Real Kubernetes v1.36.3 on this host: the control plane as local processes, three kubelets on containerd v2 with
+# Debian's runc, and the kind overlay applied as pods of the images make image builds; then the seven scenarios
+# and a focused subset of Kubernetes' external storage suite (e2e.test). The binaries are built once into
+# .cache/e2e-bin. The external suite is off in make e2e until its CI subset has passed here (E2E_EXTERNAL=true
+# turns it on); make e2e-conformance runs it.
+E2E_EXTERNAL ?= false
+e2e: image
+	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ && \
+		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ -args -external=$(E2E_EXTERNAL)
+
+# Kubernetes' external storage suite (but its disruptive specs), on a fresh cluster.
+e2e-conformance: image
+	cd test/e2e && $(GO) test -tags e2e -count=1 -v -timeout 4h ./scenarios/ -run TestExternalStorage -args -external-focus=.
 
 e2e-tools:
 	hack/build-e2e-tools.sh
