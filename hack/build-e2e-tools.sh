@@ -3,11 +3,15 @@
 # .cache/e2e-bin/ (git-ignored), from the separate tools modules under tools/:
 #
 #   tools/kube      kube-apiserver kube-controller-manager kube-scheduler kubelet
-#                   (k8s.io/kubernetes) and fakecri (k8s.io/cri-client/pkg/fake)
+#                   (k8s.io/kubernetes)
 #   tools/etcd      etcd (go.etcd.io/etcd/server/v3)
 #   tools/sidecars  csi-provisioner csi-attacher csi-resizer csi-snapshotter
 #                   snapshot-controller, plus the snapshot CRDs in crds/
 #   tools/helm      helm (helm.sh/helm/v3), for make manifests (charts/diskforge)
+#   tools/containerd  containerd, containerd-shim-runc-v2, ctr (containerd v2)
+#   tools/cni       the CNI plugins bridge, host-local, loopback in cni/
+#   tools/kube      (module e2etest) e2e.test: Kubernetes' e2e with the external
+#                   storage suites (tools/kube/e2e), and agnhost (test/images)
 #
 # Versions are pinned only in each module's go.mod/go.sum; the version strings
 # stamped into the binaries are read from there. A module is rebuilt only when
@@ -15,7 +19,7 @@
 # command line, `go version` and the relevant `go env`. Rebuilds reuse the Go
 # build cache, so only the link step reruns after a flag-only change.
 #
-# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars|helm ...]   (default: all)
+# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars|containerd|cni|e2etest|helm ...]   (default: all)
 # Env:   E2E_BIN_DIR  output dir (default <repo>/.cache/e2e-bin)
 #        E2E_FORCE=1  rebuild even if the stamp matches
 #        E2E_NICE     nice level for the go commands (default 10)
@@ -25,7 +29,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${E2E_BIN_DIR:-${ROOT}/.cache/e2e-bin}
 FORCE=${E2E_FORCE:-0}
 NICE=(nice -n "${E2E_NICE:-10}")
-ALL_MODULES=(kube etcd sidecars helm)
+ALL_MODULES=(kube etcd sidecars containerd cni e2etest helm)
 
 log() { printf '[build-e2e-tools] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -47,8 +51,9 @@ mod_version() {
 #   DIR        module directory
 #   BINS       binaries that must exist in ${OUT}
 #   EXTRA      other files that must exist in ${OUT}
-#   BUILD      go build invocations, one per element, arguments separated by
-#              ASCII unit separators (\x1f) so flags may contain spaces
+#   BUILD      go invocations (build, or test -c), one per element, arguments
+#              separated by ASCII unit separators (\x1f) so flags may contain
+#              spaces
 #   POST       optional function run after a successful build
 DIR='' POST=''
 BINS=() EXTRA=() BUILD=()
@@ -56,26 +61,30 @@ BINS=() EXTRA=() BUILD=()
 US=$'\x1f'
 join_args() { local IFS=${US}; printf '%s' "$*"; }
 
-plan_kube() {
-  DIR=${ROOT}/tools/kube
-  local v major minor ld pkg
-  v=$(mod_version "${DIR}" k8s.io/kubernetes)
+# kube_ldflags prints the variables hack/lib/version.sh sets in a k/k release
+# build, so that --version and /version report the real release instead of
+# v0.0.0-master+$Format:%H$.
+kube_ldflags() {
+  local v major minor ld='' pkg
+  v=$(mod_version "${ROOT}/tools/kube" k8s.io/kubernetes)
   [[ ${v} =~ ^v([0-9]+)\.([0-9]+)\. ]] || die "unexpected k8s.io/kubernetes version ${v}"
   major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
-  # The same variables hack/lib/version.sh sets in a k/k release build, so
-  # that --version and /version report the real release instead of
-  # v0.0.0-master+$Format:%H$.
-  ld=''
   for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     ld+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
   done
-  BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet fakecri)
-  BUILD=("$(join_args -ldflags="${ld# }" -o "${OUT}/" \
+  printf '%s\n' "${ld# }"
+}
+
+plan_kube() {
+  DIR=${ROOT}/tools/kube
+  local ld
+  ld=$(kube_ldflags)
+  BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+  BUILD=("$(join_args build -ldflags="${ld}" -o "${OUT}/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubelet \
-    ./cmd/fakecri)")
+    k8s.io/kubernetes/cmd/kubelet)")
   EXTRA=() POST=''
 }
 
@@ -84,13 +93,13 @@ plan_etcd() {
   # etcd's version is a constant in go.etcd.io/etcd/api/v3/version; built
   # separately because "go build -o dir/" would name it after ".../server".
   BINS=(etcd)
-  BUILD=("$(join_args -o "${OUT}/etcd" go.etcd.io/etcd/server/v3)")
+  BUILD=("$(join_args build -o "${OUT}/etcd" go.etcd.io/etcd/server/v3)")
   EXTRA=() POST=''
 }
 
 plan_sidecars() {
   DIR=${ROOT}/tools/sidecars
-  local -a args=()
+  local -a args=(build)
   local mod cmd
   # Each sidecar reports main.version (set by its own release tooling from the
   # git tag); the per-package -ldflags patterns give each one its own tag.
@@ -134,7 +143,38 @@ plan_helm() {
     ld+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${minor}"
   done
   BINS=(helm)
-  BUILD=("$(join_args -ldflags="${ld}" -o "${OUT}/helm" helm.sh/helm/v3/cmd/helm)")
+  BUILD=("$(join_args build -ldflags="${ld}" -o "${OUT}/helm" helm.sh/helm/v3/cmd/helm)")
+  EXTRA=() POST=''
+}
+
+plan_containerd() {
+  DIR=${ROOT}/tools/containerd
+  local v pkg=github.com/containerd/containerd/v2
+  v=$(mod_version "${DIR}" "${pkg}")
+  BINS=(containerd containerd-shim-runc-v2 ctr)
+  BUILD=("$(join_args build -ldflags="-X ${pkg}/version.Version=${v}" -o "${OUT}/" \
+    "${pkg}/cmd/containerd" "${pkg}/cmd/containerd-shim-runc-v2" "${pkg}/cmd/ctr")")
+  EXTRA=() POST=''
+}
+
+plan_cni() {
+  DIR=${ROOT}/tools/cni
+  local p=github.com/containernetworking/plugins/plugins
+  BINS=(cni/bridge cni/host-local cni/loopback)
+  BUILD=("$(join_args build -o "${OUT}/cni/" "${p}/main/bridge" "${p}/ipam/host-local" "${p}/main/loopback")")
+  EXTRA=() POST=''
+}
+
+# e2etest builds from tools/kube, with the same pins as the Kubernetes
+# binaries: e2e.test (only the storage suites compiled in) and agnhost, the
+# e2e suite's test image binary.
+plan_e2etest() {
+  DIR=${ROOT}/tools/kube
+  local ld
+  ld=$(kube_ldflags)
+  BINS=(e2e.test agnhost)
+  BUILD=("$(join_args test -c -ldflags="${ld}" -o "${OUT}/e2e.test" ./e2e)"
+    "$(join_args build -o "${OUT}/agnhost" k8s.io/kubernetes/test/images/agnhost)")
   EXTRA=() POST=''
 }
 
@@ -159,9 +199,9 @@ stamp() {
   {
     printf 'module %s\n' "${DIR#"${ROOT}"/}"
     cat "${DIR}/go.mod" "${DIR}/go.sum"
-    # The module's own sources (tools.go, fakecri): sorted for stability.
+    # The module's own sources (tools.go, e2e): sorted for stability.
     find "${DIR}" -name '*.go' -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s|${DIR}/||"
-    for b in "${BUILD[@]}"; do printf 'go build %s\n' "${b//${US}/ }"; done
+    for b in "${BUILD[@]}"; do printf 'go %s\n' "${b//${US}/ }"; done
     printf 'outputs %s\n' "${BINS[*]}" "${EXTRA[*]}"
     go version
     go env GOOS GOARCH GOAMD64 CGO_ENABLED GOEXPERIMENT GOFLAGS CC
@@ -193,9 +233,9 @@ build_module() {
   log "${name}: modules ready [$(elapsed "${step}")]"
   for b in "${BUILD[@]}"; do
     IFS=${US} read -r -a args <<<"${b}"
-    log "${name}: go build ${args[*]}"
+    log "${name}: go ${args[*]}"
     step=$(now)
-    (cd "${DIR}" && "${NICE[@]}" go build -buildvcs=false "${args[@]}")
+    (cd "${DIR}" && "${NICE[@]}" go "${args[0]}" -buildvcs=false "${args[@]:1}")
     log "${name}: built [$(elapsed "${step}")]"
   done
   if [[ -n ${POST} ]]; then "${POST}"; fi

@@ -22,6 +22,10 @@ if [[ "${1:-test}" == test ]]; then
 		curl:curl                # test/clients, the kind script
 		mawk:awk                 # test/clients (Priority required, but not Essential)
 		shellcheck:shellcheck    # make lint
+		runc:runc                # the e2e: containers run by Debian's runc
+		busybox-static:busybox   # the e2e images' shell and tools (make image)
+		iproute2:ip              # the e2e cluster's dummy interface; removing the CNI bridge
+		util-linux:unshare util-linux:nsenter # the e2e nodes' mount namespaces
 	)
 fi
 

@@ -1,8 +1,8 @@
-// Package cluster runs a real Kubernetes cluster as local processes for the e2e scenarios: etcd, the API
-// server, the controller manager and the scheduler; three nodes, each a real kubelet on a fake container
-// runtime with its own node plugin of the driver and a registrar; fakecloud on loop devices knowing the nodes
-// as instances; the driver's controller and the CSI sidecars, run with the RBAC, service accounts and flags
-// that deploy/kustomize ships.
+// Package cluster runs a real Kubernetes cluster on this host for the e2e: etcd, the API server, the controller
+// manager and the scheduler as local processes; three nodes, each a real kubelet on its own containerd (Debian's
+// runc, CNI bridge) in a mount namespace of its own; and the deploy/kustomize kind overlay applied as it is, so
+// that the driver's controller with its sidecars, the node plugin with its registrar, the snapshot controller and
+// fakecloud run as pods of the images make image builds.
 package cluster
 
 // NodeInfo is one node of the cluster.
@@ -10,19 +10,27 @@ type NodeInfo struct {
 	Name       string
 	Zone       string
 	InstanceID string
-	// RootDir is the kubelet's root directory (pods' volumes are mounted below it).
+	// RootDir is the kubelet's root directory as the node sees it (pods' volumes are mounted below it).
 	RootDir string
+	// Pid is a process in the node's mount namespace (its containerd): /proc/<Pid>/mountinfo lists the node's
+	// mounts and /proc/<Pid>/root/<path> reaches its files.
+	Pid int
 }
 
 // Info is what the scenarios need to know of a running local cluster.
 type Info struct {
 	// Kubeconfig is an admin kubeconfig file.
 	Kubeconfig string
-	// CloudURL is fakecloud's base URL (EC2 API at /, admin endpoints at /admin).
+	// CloudURL is fakecloud's base URL (EC2 API at /, admin endpoints at /admin): its pod's address.
 	CloudURL string
-	// CloudVolumesDir holds fakecloud's volume files; loop devices backed by files here belong to the run.
+	// CloudVolumesDir is fakecloud's volume files directory as its pod sees it; loop devices backed by files
+	// there belong to the run.
 	CloudVolumesDir string
-	// WorkDir holds everything the run made; mounts below it belong to the run.
+	// WorkDir holds everything the run made.
 	WorkDir string
 	Nodes   []NodeInfo
+	// TestImage is a busybox image every node has, for application pods.
+	TestImage string
+	// RepoList is a KUBE_TEST_REPO_LIST file naming the registries of the images built for Kubernetes' e2e suite.
+	RepoList string
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -19,10 +20,13 @@ const DriverName = "disk.csi.diskforge.io"
 
 // Options shape a local cluster run.
 type Options struct {
-	// RepoRoot is the repository; the driver and fakecloud binaries are built into RepoRoot/bin.
+	// RepoRoot is the repository.
 	RepoRoot string
-	// BinDir holds the Kubernetes and sidecar binaries and the snapshot CRDs; default RepoRoot/.cache/e2e-bin.
+	// BinDir holds the Kubernetes binaries, containerd, the CNI plugins and the snapshot CRDs; default
+	// RepoRoot/.cache/e2e-bin.
 	BinDir string
+	// ImagesDir holds the image tarballs of make image; default RepoRoot/_output/images.
+	ImagesDir string
 	// Logf reports progress; nil is silent.
 	Logf func(format string, args ...any)
 	// KeepWorkDir keeps logs and state after Stop.
@@ -35,14 +39,19 @@ type Cluster struct {
 	info   Info
 	pki    *pki
 	procs  []*proc
+	nodes  []*node
 	client kubernetes.Interface
 	server string
 	cancel context.CancelFunc
-	// hostDirs are directories kubelets create at fixed host paths that did not exist before the run.
-	hostDirs []string
-	// workloads are the rendered Deployments and DaemonSets, run as local processes.
+	// host is what the run found on the host and must restore.
+	host *hostState
+	// undo are teardown steps of what the start did, run in reverse order after the processes stopped.
+	undo      []func() error
+	lock      *os.File
 	workloads []workload
-	stopped   bool
+	// applyWorkloads applies the overlay's workloads but fakecloud (set by applyManifests).
+	applyWorkloads func(context.Context) error
+	stopped        bool
 }
 
 // Info describes the running cluster.
@@ -63,25 +72,34 @@ var nodeSpecs = []NodeInfo{
 	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01"},
 }
 
+// lockFile serializes runs of the harness: the cluster's addresses, bridge and host paths are fixed.
+const lockFile = "/run/diskforge-e2e.lock"
+
 // Start brings the whole cluster up; on failure everything started is torn down again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.BinDir == "" {
 		opts.BinDir = filepath.Join(opts.RepoRoot, ".cache", "e2e-bin")
 	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the local cluster needs root (kubelets mount, fakecloud binds loop devices)")
+	if opts.ImagesDir == "" {
+		opts.ImagesDir = filepath.Join(opts.RepoRoot, "_output", "images")
 	}
-	work, err := os.MkdirTemp("", "diskforge-e2e-")
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the local cluster needs root (containerd, kubelets, mounts, loop devices)")
+	}
+	lock, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, info: Info{WorkDir: work}}
-	// Kubelets write a few fixed host paths whatever their root dir; remember which ones the run creates.
-	for _, d := range []string{"/var/lib/kubelet", "/var/log/pods", "/var/log/containers"} {
-		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
-			c.hostDirs = append(c.hostDirs, d)
-		}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("another e2e cluster runs on this host (%s is locked)", lockFile)
 	}
+	work, err := os.MkdirTemp("", "diskforge-e2e-")
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	c := &Cluster{opts: opts, info: Info{WorkDir: work, TestImage: TestImage}, lock: lock}
 	ctx, c.cancel = context.WithCancel(ctx)
 	if err := c.startAll(ctx); err != nil {
 		c.Stop()
@@ -95,11 +113,17 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		name string
 		fn   func(context.Context) error
 	}{
+		{"host", c.prepareHost},
 		{"control plane", c.startControlPlane},
-		{"cluster objects", c.applyManifests},
-		{"fakecloud", c.startCloud},
 		{"nodes", c.startNodes},
-		{"controller", c.startController},
+		{"cluster objects", c.applyManifests},
+		{"fakecloud", c.waitCloud},
+		{"workloads", func(ctx context.Context) error {
+			if err := c.applyWorkloads(ctx); err != nil {
+				return err
+			}
+			return c.waitWorkloads(ctx)
+		}},
 		{"registration", c.waitRegistered},
 	}
 	for _, s := range steps {
@@ -112,29 +136,69 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	return nil
 }
 
-// Stop tears everything down in reverse order and releases every mount and loop device of the run.
+// prepareHost records what the run must restore, creates the fixed host paths nodes bind onto, and sets up the
+// network.
+func (c *Cluster) prepareHost(context.Context) error {
+	var err error
+	if c.host, err = captureHost(); err != nil {
+		return err
+	}
+	for _, d := range nodeHostDirs {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			c.host.createdDirs = append(c.host.createdDirs, d)
+		}
+	}
+	repoList := filepath.Join(c.info.WorkDir, "repo-list.yaml")
+	if err := os.WriteFile(repoList, []byte(repoListYAML), 0o644); err != nil {
+		return err
+	}
+	c.info.RepoList = repoList
+	return c.setupNetwork()
+}
+
+// Stop tears everything down in reverse order and leaves the host as the run found it.
 func (c *Cluster) Stop() {
 	if c.stopped {
 		return
 	}
 	c.stopped = true
 	c.cancel()
+	// Control plane controllers and kubelets first, so nothing restarts what goes; then the pods, through the
+	// runtime; then the runtimes, the API server and etcd.
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if p := c.procs[i]; p.role == roleKubelet || p.role == roleController {
+			p.stop(15 * time.Second)
+		}
+	}
+	for _, n := range c.nodes {
+		if err := c.removePods(n); err != nil {
+			c.logf("%s: remove pods: %v", n.info.Name, err)
+		}
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(15 * time.Second)
 	}
-	releaseHost(c.info.WorkDir, c.logf)
-	for _, d := range c.hostDirs {
-		if err := os.RemoveAll(d); err != nil {
-			c.logf("remove %s: %v", d, err)
+	for _, n := range c.nodes {
+		killShims(n.socket, c.logf)
+	}
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		if err := c.undo[i](); err != nil {
+			c.logf("teardown: %v", err)
 		}
+	}
+	if c.host != nil {
+		c.host.restore(c.logf)
 	}
 	if c.opts.KeepWorkDir {
 		c.logf("work dir kept: %s", c.info.WorkDir)
-		return
-	}
-	if err := os.RemoveAll(c.info.WorkDir); err != nil {
+	} else if err := os.RemoveAll(c.info.WorkDir); err != nil {
 		c.logf("remove work dir: %v", err)
 	}
+	_ = os.Remove(lockFile)
+	_ = c.lock.Close()
 }
 
 func freePort() (int, error) {
@@ -170,7 +234,7 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(con
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -47,12 +48,11 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	c.server = "https://127.0.0.1:" + strconv.Itoa(port)
-	servingCert, servingKey, err := c.pki.issue("kube-apiserver", nil, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc")
+	// The API server listens on the kubernetes Service's ClusterIP itself (an address of the host's dummy
+	// interface), where pods reach it without kube-proxy.
+	c.server = "https://" + net.JoinHostPort(apiServiceIP, strconv.Itoa(apiPort))
+	servingCert, servingKey, err := c.pki.issue("kube-apiserver", nil, apiServiceIP, "127.0.0.1", "localhost", "kubernetes",
+		"kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc."+clusterDomain)
 	if err != nil {
 		return err
 	}
@@ -66,13 +66,14 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 	apiserver, err := c.start("kube-apiserver", c.bin("kube-apiserver"), []string{
 		"--etcd-servers=http://" + etcdClient,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--bind-address=" + apiServiceIP, "--advertise-address=" + apiServiceIP, "--secure-port=" + strconv.Itoa(apiPort),
 		"--tls-cert-file=" + servingCert, "--tls-private-key-file=" + servingKey,
 		"--client-ca-file=" + c.pki.CAFile,
 		"--service-account-key-file=" + c.pki.SAPubFile, "--service-account-signing-key-file=" + c.pki.SAKeyFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--service-cluster-ip-range=10.96.0.0/24", "--allow-privileged=true",
+		"--kubelet-preferred-address-types=InternalIP",
+		"--service-cluster-ip-range=" + serviceRange, "--allow-privileged=true",
 		"--cert-dir=" + filepath.Join(c.info.WorkDir, "apiserver-certs"), "--v=1",
 	})
 	if err != nil {
@@ -96,11 +97,30 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	kcm := []string{"--kubeconfig=" + c.info.Kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--service-account-private-key-file=" + c.pki.SAKeyFile, "--root-ca-file=" + c.pki.CAFile,
 		"--use-service-account-credentials=false", "--controllers=*", "--v=1"}
-	if _, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), kcm); err != nil {
+	p, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), kcm)
+	if err != nil {
 		return err
 	}
-	_, err = c.start("kube-scheduler", c.bin("kube-scheduler"), []string{"--kubeconfig=" + c.info.Kubeconfig,
+	p.role = roleController
+	if p, err = c.start("kube-scheduler", c.bin("kube-scheduler"), []string{"--kubeconfig=" + c.info.Kubeconfig,
 		"--authentication-kubeconfig=" + c.info.Kubeconfig, "--authorization-kubeconfig=" + c.info.Kubeconfig,
-		"--leader-elect=false", "--secure-port=0", "--v=1"})
+		"--leader-elect=false", "--secure-port=0", "--v=1"}); err != nil {
+		return err
+	}
+	p.role = roleController
+	if err := c.labelControlPlaneLater(ctx); err != nil {
+		return err
+	}
+	_, err = startDNS(ctx, c.client, net.JoinHostPort(dnsServiceIP, "53"), c.logf)
 	return err
+}
+
+// labelControlPlaneLater labels the first node as the control plane as soon as it registers.
+func (c *Cluster) labelControlPlaneLater(ctx context.Context) error {
+	go func() {
+		_ = poll(ctx, 5*time.Minute, "control-plane label", func(ctx context.Context) (bool, error) {
+			return c.labelControlPlane(ctx) == nil, nil
+		})
+	}()
+	return nil
 }

@@ -11,11 +11,21 @@ import (
 
 // proc is a process the harness started, with its output in a log file of the work dir.
 type proc struct {
+	role procRole
 	name string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 }
+
+// procRole orders the teardown: controllers and kubelets stop before the pods are removed.
+type procRole int
+
+const (
+	roleOther procRole = iota
+	roleController
+	roleKubelet
+)
 
 // start runs bin with args; the process gets its own process group, so stopping it stops its children too.
 func (c *Cluster) start(name, bin string, args []string, env ...string) (*proc, error) {

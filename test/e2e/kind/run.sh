@@ -137,7 +137,7 @@ done
 # --- 2. images ---------------------------------------------------------------------------------------------
 if [[ $build == true ]]; then
 	log "building $driver_image and $fakecloud_image"
-	make image IMAGE_REPO=diskforge IMAGE_TAG=dev
+	make image-docker IMAGE_REPO=diskforge IMAGE_TAG=dev
 fi
 log "loading the images into $cluster"
 kind load docker-image --name "$cluster" "$driver_image" "$fakecloud_image"

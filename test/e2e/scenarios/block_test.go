@@ -31,12 +31,19 @@ func scenarioBlock(t *testing.T, r *run) {
 	if r.cloud != nil && int64(v.SizeGiB)*gib != size {
 		t.Fatalf("cloud volume %s is %d GiB, want %d", v.ID, v.SizeGiB, size/gib)
 	}
+	// The container has the device, of the volume's size, and what it writes there it reads back.
+	out := strings.TrimSpace(r.mustExec(t, p.Name, nil, "blockdev", "--getsize64", blockDevicePath))
+	if out != fmt.Sprint(size) {
+		t.Fatalf("pod %s: blockdev --getsize64 %s = %q, want %d", p.Name, blockDevicePath, out, size)
+	}
+	d := r.writeBlock(t, p.Name)
+	d.verifyBlock(t, r, p.Name)
 	if !r.host {
 		return
 	}
 	path := blockPublishPath(n, pv.Name, p.UID)
 	waitFor(t, "block device published at "+path, func(context.Context) (bool, string, error) {
-		got, err := blockDeviceSize(path)
+		got, err := blockDeviceSize(n, path)
 		if err != nil {
 			return false, "", err
 		}
@@ -51,7 +58,7 @@ func scenarioBlock(t *testing.T, r *run) {
 			t.Fatal(err)
 		}
 		var st unix.Stat_t
-		if err := unix.Stat(path, &st); err != nil {
+		if err := unix.Stat(onNode(n, path), &st); err != nil {
 			t.Fatal(err)
 		}
 		if got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); got != want {
@@ -59,7 +66,7 @@ func scenarioBlock(t *testing.T, r *run) {
 		}
 		t.Logf("the published device is the cloud volume's device %s (%s)", v.Attachments[0].HostDevice, want)
 	}
-	if m, ok, err := mountAt(path); err == nil && ok {
+	if m, ok, err := mountAt(n, path); err == nil && ok {
 		t.Logf("published by a bind mount from %s (%s)", m.source, m.fsType)
 	}
 	// kubelet holds the device open through a loop device of its own on the pod's device map; teardown checks it goes.

@@ -100,7 +100,7 @@ func (r *run) requireCloudVolume(t testing.TB, id, zone, instance string) cloudV
 func (r *run) requirePodMount(t testing.TB, n node, podUID types.UID, pv, fsType string, v cloudVolume) string {
 	t.Helper()
 	path := podVolumePath(n, podUID, pv)
-	m := requireMount(t, path, fsType)
+	m := requireMount(t, n, path, fsType)
 	if len(v.Attachments) == 1 && v.Attachments[0].HostDevice != "" {
 		want, err := hostDeviceNumber(v.Attachments[0].HostDevice)
 		if err != nil {
@@ -111,7 +111,7 @@ func (r *run) requirePodMount(t testing.TB, n node, podUID types.UID, pv, fsType
 		}
 		t.Logf("the pod's mount is the cloud volume's device %s (%s)", v.Attachments[0].HostDevice, want)
 	}
-	ms, err := readMounts()
+	ms, err := readMounts(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +182,12 @@ func (r *run) waitPVCCapacity(t testing.TB, claim string, size int64) {
 	})
 }
 
-// waitFSGrown waits for the filesystem mounted at path to exceed 90% of size (the rest is the filesystem's own).
-func waitFSGrown(t testing.TB, path string, size int64) {
+// waitFSGrown waits for the filesystem mounted at path on the node to exceed 90% of size (the rest is the
+// filesystem's own).
+func waitFSGrown(t testing.TB, n node, path string, size int64) {
 	t.Helper()
 	waitFor(t, "filesystem at "+path+" grown", func(context.Context) (bool, string, error) {
-		got, err := fsSize(path)
+		got, err := fsSize(n, path)
 		if err != nil {
 			return false, "", err
 		}

@@ -91,7 +91,7 @@ func (r *run) dump(t *testing.T) {
 		}
 	}
 	if r.host {
-		if ms, err := leftoverMounts(env.scope, r.ours); err == nil {
+		if ms, err := leftoverMounts(r.nodes, r.ours); err == nil {
 			line("mounts of the run:")
 			for _, m := range ms {
 				line("  %s", m)

@@ -28,6 +28,10 @@ type environment struct {
 	kubeletRoot string
 	// nodes of the local cluster as the harness knows them; empty for -kubeconfig.
 	nodes []cluster.NodeInfo
+	// repoList is the local cluster's KUBE_TEST_REPO_LIST for Kubernetes' e2e suite.
+	repoList string
+	// testImage is the application pods' image: busybox, present on every node.
+	testImage string
 	// skip says why the scenarios cannot run here (not root for the local cluster).
 	skip string
 }

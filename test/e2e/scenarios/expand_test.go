@@ -16,10 +16,12 @@ func scenarioOnlineExpansion(t *testing.T, r *run) {
 	r.waitPVGrown(t, d.pv, d.volumeID, size)
 	r.waitPVCCapacity(t, d.claim, size)
 	if r.host {
-		waitFSGrown(t, d.mount, size)
-		if d.data != nil {
-			d.data.verify(t, d.mount)
-		}
+		waitFSGrown(t, d.node, d.mount, size)
+	}
+	// The running container sees its filesystem grow, and its data intact.
+	r.waitDFGrown(t, d.pod.Name, dataDir, size)
+	if d.data != nil {
+		d.data.verifyIn(t, r, d.pod.Name, dataDir)
 	}
 	r.waitPodRunning(t, d.pod.Name) // it never stopped
 }
@@ -44,9 +46,10 @@ func scenarioOfflineExpansion(t *testing.T, r *run) {
 	r.waitPVCCapacity(t, m.claim, size)
 	if r.host {
 		mount := r.requirePodMount(t, m.node, p.UID, m.pv, "ext4", v)
-		waitFSGrown(t, mount, size)
-		if m.data != nil {
-			m.data.verify(t, mount)
-		}
+		waitFSGrown(t, m.node, mount, size)
+	}
+	r.waitDFGrown(t, p.Name, dataDir, size)
+	if m.data != nil {
+		m.data.verifyIn(t, r, p.Name, dataDir)
 	}
 }

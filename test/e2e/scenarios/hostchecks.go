@@ -3,9 +3,7 @@
 package scenarios
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -49,8 +47,20 @@ func (m mountEntry) String() string {
 	return fmt.Sprintf("%s (%s, %s on %s)", m.point, m.fsType, m.source, m.dev)
 }
 
-func readMounts() ([]mountEntry, error) {
-	infos, err := mountinfo.GetMounts(nil)
+// readMounts lists the mounts the node sees: its mount namespace's (local cluster), or this process's.
+func readMounts(n node) ([]mountEntry, error) {
+	var infos []*mountinfo.Info
+	var err error
+	if n.Pid == 0 {
+		infos, err = mountinfo.GetMounts(nil)
+	} else {
+		var f *os.File
+		if f, err = os.Open(fmt.Sprintf("/proc/%d/mountinfo", n.Pid)); err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		infos, err = mountinfo.GetMountsFromReader(f, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -61,9 +71,17 @@ func readMounts() ([]mountEntry, error) {
 	return out, nil
 }
 
-// mountAt returns the topmost mount at path.
-func mountAt(path string) (mountEntry, bool, error) {
-	ms, err := readMounts()
+// onNode is the path at which this process reaches a path of the node's.
+func onNode(n node, path string) string {
+	if n.Pid == 0 {
+		return path
+	}
+	return fmt.Sprintf("/proc/%d/root%s", n.Pid, path)
+}
+
+// mountAt returns the topmost mount at path on the node.
+func mountAt(n node, path string) (mountEntry, bool, error) {
+	ms, err := readMounts(n)
 	if err != nil {
 		return mountEntry{}, false, err
 	}
@@ -78,13 +96,13 @@ func mountAt(path string) (mountEntry, bool, error) {
 }
 
 // requireMount waits (kubelet has normally mounted before the pod runs) for a mount of fsType at path.
-func requireMount(t testing.TB, path, fsType string) mountEntry {
+func requireMount(t testing.TB, n node, path, fsType string) mountEntry {
 	t.Helper()
 	var m mountEntry
 	waitFor(t, "mount at "+path, func(context.Context) (bool, string, error) {
 		var ok bool
 		var err error
-		m, ok, err = mountAt(path)
+		m, ok, err = mountAt(n, path)
 		if err != nil || !ok {
 			return false, "not mounted", err
 		}
@@ -105,17 +123,18 @@ func hostDeviceNumber(dev string) (string, error) {
 	return fmt.Sprintf("%d:%d", ma, mi), nil
 }
 
-// fsSize is the size of the filesystem mounted at path (statfs: blocks × block size).
-func fsSize(path string) (int64, error) {
+// fsSize is the size of the filesystem mounted at path on the node (statfs: blocks × block size).
+func fsSize(n node, path string) (int64, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
+	if err := unix.Statfs(onNode(n, path), &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", path, err)
 	}
 	return int64(st.Blocks) * st.Bsize, nil
 }
 
-// blockDeviceSize opens path, which must be a block device, and asks its size (BLKGETSIZE64).
-func blockDeviceSize(path string) (int64, error) {
+// blockDeviceSize opens path on the node, which must be a block device, and asks its size (BLKGETSIZE64).
+func blockDeviceSize(n node, path string) (int64, error) {
+	path = onNode(n, path)
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return 0, fmt.Errorf("stat %s: %w", path, err)
@@ -142,84 +161,28 @@ type dataFile struct {
 	size int
 }
 
-// writeData writes a MiB of random data with a marker line into dir/e2e/data and makes it durable (file and
-// directory fsynced), so that a detach, a snapshot or a restore sees it.
-func writeData(t testing.TB, dir, marker string) dataFile {
-	t.Helper()
-	sub := filepath.Join(dir, "e2e")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatalf("write data: %v", err)
-	}
-	payload := make([]byte, 1<<20)
-	_, _ = rand.Read(payload)
-	content := append([]byte(marker+"\n"), payload...)
-	path := filepath.Join(sub, "data")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatalf("write data: %v", err)
-	}
-	_, err = f.Write(content)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(sub)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		t.Fatalf("write data into %s: %v", path, err)
-	}
-	t.Logf("wrote %d bytes to %s", len(content), path)
-	return dataFile{rel: "e2e/data", sum: sha256.Sum256(content), size: len(content)}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// verify checks that dir holds the data file, byte for byte.
-func (d dataFile) verify(t testing.TB, dir string) {
-	t.Helper()
-	path := filepath.Join(dir, d.rel)
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the data written earlier is missing: %v", err)
-	}
-	if sum := sha256.Sum256(got); len(got) != d.size || !bytes.Equal(sum[:], d.sum[:]) {
-		t.Fatalf("%s: %d bytes, sha256 %x; want %d bytes, sha256 %x", path, len(got), sum, d.size, d.sum)
-	}
-	t.Logf("%s holds the data written earlier (%d bytes, sha256 %x…)", path, len(got), d.sum[:6])
-}
-
 // under reports whether path is dir or below it.
 func under(path, dir string) bool {
 	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
-// leftoverMounts are mounts of pods' volumes and of the CSI plugin (staging, block publish) below the scope
-// directories that keep matches; the kubelet root directories' own mounts, if the harness keeps any, do not count.
-func leftoverMounts(scope []string, keep func(string) bool) ([]mountEntry, error) {
-	ms, err := readMounts()
-	if err != nil {
-		return nil, err
-	}
+// leftoverMounts are mounts of pods' CSI volumes and of the CSI plugin (staging, block publish) below the nodes'
+// kubelet root directories that keep matches; other volumes of running pods (service account tokens…) do not
+// count.
+func leftoverMounts(nodes []node, keep func(string) bool) ([]mountEntry, error) {
 	var out []mountEntry
-	for _, m := range ms {
-		for _, dir := range scope {
-			if under(m.point, dir) && (strings.Contains(m.point, "/pods/") ||
-				strings.Contains(m.point, "/plugins/kubernetes.io/csi/")) && keep(m.point) {
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		ms, err := readMounts(n)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			if under(m.point, n.RootDir) && (strings.Contains(m.point, "/volumes/kubernetes.io~csi/") ||
+				strings.Contains(m.point, "/plugins/kubernetes.io/csi/")) && keep(m.point) && !seen[n.Name+m.point] {
+				seen[n.Name+m.point] = true
+				m.point = n.Name + ":" + m.point
 				out = append(out, m)
-				break
 			}
 		}
 	}

@@ -32,6 +32,8 @@ var (
 		"with -kubeconfig and -host-checks: fakecloud's volume files directory, checked for loop devices at teardown")
 	binDirFlag = flag.String("bin-dir", "",
 		"local cluster: the Kubernetes and sidecar binaries (default <repo>/.cache/e2e-bin)")
+	testImageFlag = flag.String("test-image", "busybox:1.37",
+		"with -kubeconfig: the application pods' image (busybox: sh, dd, df, sha256sum, blockdev)")
 	keepWorkDirFlag = flag.Bool("keep-work-dir", false,
 		"local cluster: keep its work directory (logs, state) after the run")
 )
@@ -46,7 +48,8 @@ func TestMain(m *testing.M) {
 func mainRun(m *testing.M) int {
 	if *kubeconfigFlag != "" {
 		env = environment{kubeconfig: findKubeconfig(*kubeconfigFlag), cloudURL: *cloudURLFlag,
-			hostChecks: *hostChecksFlag, cloudVolumesDir: *cloudVolumesDirFlag}
+			hostChecks: *hostChecksFlag, cloudVolumesDir: *cloudVolumesDirFlag,
+			testImage: *testImageFlag}
 		env.kubeletRoot = *kubeletRootFlag
 		if env.hostChecks {
 			env.scope = []string{env.kubeletRoot}
@@ -107,7 +110,8 @@ func mainRun(m *testing.M) int {
 	}
 	info := c.Info()
 	env = environment{local: true, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, hostChecks: true,
-		scope: []string{info.WorkDir}, cloudVolumesDir: info.CloudVolumesDir, nodes: info.Nodes}
+		scope: []string{"/var/lib/kubelet"}, cloudVolumesDir: info.CloudVolumesDir, nodes: info.Nodes,
+		testImage: info.TestImage, repoList: info.RepoList}
 	env.resolvePaths()
 	logf("local cluster up in %s: kubeconfig %s, cloud %s, work dir %s", time.Since(start).Round(time.Millisecond),
 		info.Kubeconfig, info.CloudURL, info.WorkDir)

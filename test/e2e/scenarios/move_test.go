@@ -26,17 +26,16 @@ func scenarioMoveWithinZone(t *testing.T, r *run) {
 	id := pv.Spec.CSI.VolumeHandle
 	r.waitAttached(t, pv.Name, n1.Name)
 	v := r.requireCloudVolume(t, id, n1.Zone, n1.InstanceID)
-	var data dataFile
 	if r.host {
-		mount := r.requirePodMount(t, n1, p1.UID, pv.Name, "ext4", v)
-		data = writeData(t, mount, fmt.Sprintf("diskforge e2e %s %s %s", r.ns, claim, time.Now().Format(time.RFC3339Nano)))
+		r.requirePodMount(t, n1, p1.UID, pv.Name, "ext4", v)
 	}
+	data := r.writeData(t, p1.Name, dataDir, fmt.Sprintf("diskforge e2e %s %s %s", r.ns, claim, time.Now().Format(time.RFC3339Nano)))
 
 	r.deletePod(t, p1.Name)
 	r.waitDetached(t, pv.Name, n1.Name)
 	if r.host {
 		waitFor(t, "no mount of "+pv.Name+" left on "+n1.Name, func(context.Context) (bool, string, error) {
-			ms, err := leftoverMounts([]string{n1.RootDir}, func(p string) bool {
+			ms, err := leftoverMounts([]node{n1}, func(p string) bool {
 				return strings.Contains(p, pv.Name) || strings.Contains(p, string(p1.UID)) ||
 					strings.Contains(p, stagingDirName(id))
 			})
@@ -59,9 +58,9 @@ func scenarioMoveWithinZone(t *testing.T, r *run) {
 	moved := &podVolume{claim: claim, pv: pv.Name, volumeID: id, pod: p2, node: n2, fsType: "ext4"}
 	if r.host {
 		moved.mount = r.requirePodMount(t, n2, p2.UID, pv.Name, "ext4", v)
-		data.verify(t, moved.mount)
-		moved.data = &data
 	}
+	data.verifyIn(t, r, p2.Name, dataDir)
+	moved.data = &data
 	r.moved = moved
 }
 

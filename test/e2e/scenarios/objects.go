@@ -25,11 +25,15 @@ const (
 	classExt4      = "e2e-ext4"
 	classZoneA     = "e2e-zone-a"
 	classSnapshots = "e2e-snap"
-
-	podImage = "registry.k8s.io/pause:3.10"
 )
 
 const gib = int64(1) << 30
+
+// dataDir and blockDevicePath are where application pods have their volume.
+const (
+	dataDir         = "/data"
+	blockDevicePath = "/dev/xvdz"
+)
 
 var (
 	snapshotGroup   = "snapshot.storage.k8s.io"
@@ -84,14 +88,15 @@ func pvc(name, runID, class string, size int64, block bool, snapshot string) *co
 	return c
 }
 
-// pod runs one (fake) container using claim, mounted at /data or, for block, as the device /dev/xvdz. It is
-// pinned with a nodeSelector on the node's hostname label, not nodeName: WaitForFirstConsumer needs the
-// scheduler to choose the node, so that the provisioner learns it.
-func pod(name, runID, hostname, claim string, block bool) *corev1.Pod {
+// pod runs one busybox container ("app", which the scenarios exec into) using claim, mounted at /data or, for
+// block, as the device /dev/xvdz. It is pinned with a nodeSelector on the node's hostname label, not nodeName:
+// WaitForFirstConsumer needs the scheduler to choose the node, so that the provisioner learns it.
+func pod(name, runID, hostname, claim, image string, block bool) *corev1.Pod {
 	grace := int64(1)
-	c := corev1.Container{Name: "app", Image: podImage}
+	c := corev1.Container{Name: "app", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+		Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}}
 	if block {
-		c.VolumeDevices = []corev1.VolumeDevice{{Name: "vol", DevicePath: "/dev/xvdz"}}
+		c.VolumeDevices = []corev1.VolumeDevice{{Name: "vol", DevicePath: blockDevicePath}}
 	} else {
 		c.VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: "/data"}}
 	}

@@ -20,9 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/test/e2e/cluster"
 )
 
 // node is a schedulable node with the driver's node plugin registered.
@@ -31,12 +33,15 @@ type node struct {
 	Zone       string
 	Hostname   string // the kubernetes.io/hostname label pods are pinned with
 	InstanceID string // the driver's node ID
-	RootDir    string // the kubelet's root directory, symlinks resolved
+	RootDir    string // the kubelet's root directory as the node sees it, symlinks resolved
+	// Pid is a process in the node's mount namespace (local cluster); 0: this process's.
+	Pid int
 }
 
 // run is one execution of the scenarios: clients, the namespace, the nodes, and what a scenario leaves for the
 // next ones.
 type run struct {
+	cfg   *rest.Config
 	cs    kubernetes.Interface
 	dyn   dynamic.Interface
 	cloud *cloudClient // nil: no cloud checks
@@ -96,7 +101,7 @@ func newRun(t *testing.T) *run {
 		t.Fatalf("kubeconfig %s: %v", env.kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	r := &run{host: env.hostChecks, pvs: map[string]bool{}, volumes: map[string]bool{}, pods: map[types.UID]bool{}}
+	r := &run{cfg: cfg, host: env.hostChecks, pvs: map[string]bool{}, volumes: map[string]bool{}, pods: map[types.UID]bool{}}
 	if r.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +151,9 @@ func (r *run) nodeList() string {
 // is a zone with two nodes, zone b another one.
 func (r *run) discoverNodes(t *testing.T) {
 	t.Helper()
-	known := map[string]string{} // local cluster: node → kubelet root dir
+	known := map[string]cluster.NodeInfo{} // local cluster's nodes
 	for _, n := range env.nodes {
-		known[n.Name] = n.RootDir
+		known[n.Name] = n
 	}
 	waitFor(t, "the driver registered on the nodes", func(ctx context.Context) (bool, string, error) {
 		nodes, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -179,16 +184,16 @@ func (r *run) discoverNodes(t *testing.T) {
 				missing = append(missing, n.Name)
 				continue
 			}
-			root := env.kubeletRoot
-			if dir, ok := known[n.Name]; ok {
-				root = dir
+			root, pid := env.kubeletRoot, 0
+			if k, ok := known[n.Name]; ok {
+				root, pid = k.RootDir, k.Pid
 			}
 			hostname := n.Labels[hostnameLabel]
 			if hostname == "" {
 				hostname = n.Name
 			}
 			r.nodes = append(r.nodes, node{Name: n.Name, Zone: n.Labels[zoneLabel], Hostname: hostname, InstanceID: id,
-				RootDir: realPath(root)})
+				RootDir: realPath(root), Pid: pid})
 		}
 		// The local cluster's nodes must all be there; elsewhere, whatever nodes are ready once one is.
 		for name := range known {
@@ -376,7 +381,7 @@ func (r *run) scenario(t *testing.T, name string, fn func(*testing.T, *run)) {
 // createPod creates a pod of claim pinned to n and waits for it to run.
 func (r *run) createPod(t *testing.T, name, claim string, n node, block bool) *corev1.Pod {
 	t.Helper()
-	p, err := r.cs.CoreV1().Pods(r.ns).Create(t.Context(), pod(name, r.ns, n.Hostname, claim, block), metav1.CreateOptions{})
+	p, err := r.cs.CoreV1().Pods(r.ns).Create(t.Context(), pod(name, r.ns, n.Hostname, claim, env.testImage, block), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}

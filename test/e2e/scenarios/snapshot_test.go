@@ -76,9 +76,9 @@ func scenarioSnapshotRestore(t *testing.T, r *run) {
 		t.Fatalf("restored volume %s was made from snapshot %q, want %s", v.ID, v.SnapshotID, handle)
 	}
 	if r.host {
-		mount := r.requirePodMount(t, n, p.UID, pv.Name, "xfs", v)
-		if d.data != nil {
-			d.data.verify(t, mount)
-		}
+		r.requirePodMount(t, n, p.UID, pv.Name, "xfs", v)
+	}
+	if d.data != nil {
+		d.data.verifyIn(t, r, p.Name, dataDir)
 	}
 }

@@ -128,7 +128,7 @@ func scenarioTeardown(t *testing.T, r *run) {
 
 	if r.host {
 		waitFor(t, "no mount of the run left", func(context.Context) (bool, string, error) {
-			ms, err := leftoverMounts(env.scope, r.ours)
+			ms, err := leftoverMounts(r.nodes, r.ours)
 			return len(ms) == 0, fmt.Sprint(ms), err
 		})
 		dirs := append([]string{env.cloudVolumesDir}, env.scope...)

@@ -23,7 +23,7 @@ func scenarioAllowedTopologies(t *testing.T, r *run) {
 	n := *r.nodeB
 	const claim, podName = "zone-a-only", "zone-conflict"
 	r.createPVC(t, pvc(claim, r.ns, classZoneA, 1*gib, false, ""))
-	p, err := r.cs.CoreV1().Pods(r.ns).Create(t.Context(), pod(podName, r.ns, n.Hostname, claim, false), metav1.CreateOptions{})
+	p, err := r.cs.CoreV1().Pods(r.ns).Create(t.Context(), pod(podName, r.ns, n.Hostname, claim, env.testImage, false), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", podName, err)
 	}

@@ -30,8 +30,8 @@ func scenarioWFFCZoneB(t *testing.T, r *run) {
 	pv1 := &podVolume{claim: claim, pv: pv.Name, volumeID: pv.Spec.CSI.VolumeHandle, pod: p, node: n, fsType: "xfs"}
 	if r.host {
 		pv1.mount = r.requirePodMount(t, n, p.UID, pv.Name, "xfs", v)
-		d := writeData(t, pv1.mount, fmt.Sprintf("diskforge e2e %s %s %s", r.ns, claim, time.Now().Format(time.RFC3339Nano)))
-		pv1.data = &d
 	}
+	d := r.writeData(t, p.Name, dataDir, fmt.Sprintf("diskforge e2e %s %s %s", r.ns, claim, time.Now().Format(time.RFC3339Nano)))
+	pv1.data = &d
 	r.data = pv1
 }

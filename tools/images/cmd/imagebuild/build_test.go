@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestBuildIsReproducible builds the same image twice, a minute's mtimes apart: same digest, same bytes.
+func TestBuildIsReproducible(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "prog")
+	raw, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := imageSpec{ref: "diskforge.local/test:1", entrypoint: []string{"/prog"}, files: []hostFile{{bin, "/prog"}}}
+	var digests []string
+	var tarballs [][]byte
+	for i := range 2 {
+		file := filepath.Join(dir, "out"+string(rune('a'+i))+".tar")
+		d, err := build(spec, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests, tarballs = append(digests, d), append(tarballs, b)
+		if err := os.Chtimes(bin, epoch.AddDate(0, 0, 1+i), epoch.AddDate(0, 0, 1+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if digests[0] != digests[1] || string(tarballs[0]) != string(tarballs[1]) {
+		t.Fatalf("two builds differ: %s vs %s", digests[0], digests[1])
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		"diskforge/driver:dev":            "docker.io/diskforge/driver:dev",
+		"busybox:1":                       "docker.io/library/busybox:1",
+		"registry.k8s.io/pause:3.10.2":    "registry.k8s.io/pause:3.10.2",
+		"localhost/x:1":                   "localhost/x:1",
+		"diskforge.local/e2e/busybox:1.0": "diskforge.local/e2e/busybox:1.0",
+	} {
+		if got := normalize(in); got != want {
+			t.Errorf("normalize(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
