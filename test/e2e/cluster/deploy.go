@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -177,6 +179,39 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 			}
 		}
 		c.logf("%d objects of %s passed server-side dry run", len(objs), dir)
+	}
+	return c.dryRunCharts(ctx, dyn, mapper)
+}
+
+// chartRenders are the Helm chart rendered by make manifests (deploy/check-manifests.sh) with the default, kind
+// and provider values.
+var chartRenders = []string{"helm-default.yaml", "helm-kind.yaml", "helm-provider.yaml"}
+
+// dryRunCharts sends every object of the chart's renders to the API server as a server-side dry run. make test
+// renders them first; a run without them (make e2e alone) says so and goes on.
+func (c *Cluster) dryRunCharts(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper) error {
+	for _, name := range chartRenders {
+		file := filepath.Join(c.opts.RepoRoot, "_output", "manifests", name)
+		raw, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			c.logf("no %s (make manifests renders the Helm chart): not dry-run", file)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		objs, err := decodeYAML(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		// Namespaces first, as a real install creates them before what goes in them.
+		sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+		for _, o := range objs {
+			if err := apply(ctx, dyn, mapper, o, true); err != nil {
+				return fmt.Errorf("server-side dry run refused %s %s of the chart (%s): %w", o.GetKind(), o.GetName(), name, err)
+			}
+		}
+		c.logf("%d objects of the Helm chart (%s) passed server-side dry run", len(objs), name)
 	}
 	return nil
 }

@@ -34,14 +34,15 @@ func newCloudClient(base string) *cloudClient {
 
 // cloudVolume is one volume of GET /admin/volumes.
 type cloudVolume struct {
-	ID          string            `json:"id"`
-	Zone        string            `json:"zone"`
-	Type        string            `json:"type"`
-	SizeGiB     int32             `json:"sizeGiB"`
-	SnapshotID  string            `json:"snapshotId"`
-	State       string            `json:"state"`
-	Tags        []cloudTag        `json:"tags"`
-	Attachments []cloudAttachment `json:"attachments"`
+	ID             string            `json:"id"`
+	Zone           string            `json:"zone"`
+	Type           string            `json:"type"`
+	SizeGiB        int32             `json:"sizeGiB"`
+	SnapshotID     string            `json:"snapshotId"`
+	SourceVolumeID string            `json:"sourceVolumeId"`
+	State          string            `json:"state"`
+	Tags           []cloudTag        `json:"tags"`
+	Attachments    []cloudAttachment `json:"attachments"`
 }
 
 type cloudTag struct {

@@ -19,6 +19,7 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S3_online_expansion_xfs", scenarioOnlineExpansion)
 	r.scenario(t, "S3b_offline_expansion_ext4", scenarioOfflineExpansion)
 	r.scenario(t, "S4_snapshot_restore", scenarioSnapshotRestore)
+	r.scenario(t, "S4b_clone", scenarioClone)
 	r.scenario(t, "S5_block", scenarioBlock)
 	r.scenario(t, "S6_allowed_topologies", scenarioAllowedTopologies)
 	r.scenario(t, "S7_teardown", scenarioTeardown)

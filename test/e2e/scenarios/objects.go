@@ -88,6 +88,13 @@ func pvc(name, runID, class string, size int64, block bool, snapshot string) *co
 	return c
 }
 
+// clonePVC is a claim whose data source is another claim of the same namespace (a CSI clone).
+func clonePVC(name, runID, class string, size int64, source string) *corev1.PersistentVolumeClaim {
+	c := pvc(name, runID, class, size, false, "")
+	c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: source}
+	return c
+}
+
 // pod runs one busybox container ("app", which the scenarios exec into) using claim, mounted at /data or, for
 // block, as the device /dev/xvdz. It is pinned with a nodeSelector on the node's hostname label, not nodeName:
 // WaitForFirstConsumer needs the scheduler to choose the node, so that the provisioner learns it.
