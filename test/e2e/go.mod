@@ -3,6 +3,7 @@ module github.com/diskforge/diskforge/test/e2e
 go 1.26.8
 
 require (
+	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/diskforge/diskforge v0.0.0
 	github.com/moby/sys/mountinfo v0.7.2
 	golang.org/x/net v0.59.0
@@ -19,6 +20,7 @@ require (
 )
 
 require (
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect

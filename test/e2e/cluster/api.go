@@ -17,12 +17,20 @@ type NodeInfo struct {
 	Pid int
 }
 
+// CloudCredentials are the credentials of the overlay's fakecloud.
+type CloudCredentials struct {
+	AccessKeyID, SecretAccessKey, AdminToken string
+}
+
 // Info is what the scenarios need to know of a running local cluster.
 type Info struct {
 	// Kubeconfig is an admin kubeconfig file.
 	Kubeconfig string
 	// CloudURL is fakecloud's base URL (EC2 API at /, admin endpoints at /admin): its pod's address.
 	CloudURL string
+	// Cloud holds the keys fakecloud checks (the kind overlay's aws-credentials Secret): EC2 requests are signed
+	// with them, and /admin takes the admin token.
+	Cloud CloudCredentials
 	// CloudVolumesDir is fakecloud's volume files directory as its pod sees it; loop devices backed by files
 	// there belong to the run.
 	CloudVolumesDir string

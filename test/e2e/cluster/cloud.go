@@ -40,6 +40,7 @@ func (c *Cluster) waitCloud(ctx context.Context) error {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+c.info.Cloud.AdminToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("register instance %s: %w", n.InstanceID, err)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -140,6 +141,9 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.info.Cloud, err = cloudCredentials(objs); err != nil {
+		return err
+	}
 	// Namespaces first, so namespaced objects have somewhere to go.
 	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
 	// fakecloud first, as test/e2e/kind/run.sh does: the node plugins read their instance from it when they start,
@@ -214,6 +218,27 @@ func (c *Cluster) dryRunCharts(ctx context.Context, dyn dynamic.Interface, mappe
 		c.logf("%d objects of the Helm chart (%s) passed server-side dry run", len(objs), name)
 	}
 	return nil
+}
+
+// cloudCredentials reads the overlay's aws-credentials Secret (kustomize adds a hash to its name): the key pair
+// the driver signs with and fakecloud checks, and fakecloud's admin token.
+func cloudCredentials(objs []*unstructured.Unstructured) (CloudCredentials, error) {
+	for _, o := range objs {
+		if o.GetKind() != "Secret" || !strings.HasPrefix(o.GetName(), "aws-credentials") {
+			continue
+		}
+		var cc CloudCredentials
+		for key, dst := range map[string]*string{"key_id": &cc.AccessKeyID, "access_key": &cc.SecretAccessKey, "admin_token": &cc.AdminToken} {
+			enc, _, _ := unstructured.NestedString(o.Object, "data", key)
+			raw, err := base64.StdEncoding.DecodeString(enc)
+			if err != nil || len(raw) == 0 {
+				return CloudCredentials{}, fmt.Errorf("secret %s: no %s", o.GetName(), key)
+			}
+			*dst = string(raw)
+		}
+		return cc, nil
+	}
+	return CloudCredentials{}, fmt.Errorf("%s renders no aws-credentials Secret", Overlay)
 }
 
 func apply(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, o *unstructured.Unstructured, dryRun bool) error {

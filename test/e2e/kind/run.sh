@@ -172,6 +172,11 @@ curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || die "fakecloud unreacha
 # /admin takes the bearer token from the credentials Secret (its name carries kustomize's hash).
 secret=$(kubectl -n "$ns" get secrets -o name | grep -m1 '^secret/aws-credentials') || die "no aws-credentials Secret in $ns"
 admin_token=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
+# The scenarios' cloud checks sign EC2 requests with the driver's key and read /admin with the token.
+CLOUD_ACCESS_KEY_ID=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.key_id}' | base64 -d)
+CLOUD_SECRET_ACCESS_KEY=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.access_key}' | base64 -d)
+CLOUD_ADMIN_TOKEN=$admin_token
+export CLOUD_ACCESS_KEY_ID CLOUD_SECRET_ACCESS_KEY CLOUD_ADMIN_TOKEN
 while read -r node id zone; do
 	echo "$node: $id in $zone"
 	curl -fsS -X PUT -H 'Content-Type: application/json' -H "Authorization: Bearer $admin_token" \

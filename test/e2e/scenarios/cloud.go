@@ -4,6 +4,8 @@ package scenarios
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -12,6 +14,11 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/diskforge/diskforge/test/e2e/cluster"
 )
 
 // Tags the driver sets from the provisioner's and snapshotter's --extra-create-metadata.
@@ -21,16 +28,31 @@ const (
 	tagSnapshotNamespace = "kubernetes.io/created-for/volumesnapshot/namespace"
 )
 
-// cloudClient reads fakecloud: GET /admin/volumes, and DescribeSnapshots over the EC2 Query API (unsigned:
-// fakecloud verifies SigV4 only when started with access keys).
+// cloudClient reads fakecloud: GET /admin/volumes with the admin token, and DescribeSnapshots over the EC2 Query
+// API, signed with SigV4 when keys are given (fakecloud checks signatures when it has keys, as the kind overlay's
+// has).
 type cloudClient struct {
-	base string
-	http *http.Client
+	base  string
+	http  *http.Client
+	creds cluster.CloudCredentials
 }
 
-func newCloudClient(base string) *cloudClient {
-	return &cloudClient{base: strings.TrimSuffix(base, "/"), http: &http.Client{Timeout: 15 * time.Second}}
+func newCloudClient(base string, creds cluster.CloudCredentials) *cloudClient {
+	return &cloudClient{base: strings.TrimSuffix(base, "/"), http: &http.Client{Timeout: 15 * time.Second}, creds: creds}
 }
+
+// sign signs an EC2 Query request (its body is form) with the credentials, if any.
+func (c *cloudClient) sign(ctx context.Context, req *http.Request, form string) error {
+	if c.creds.AccessKeyID == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(form))
+	return v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: c.creds.AccessKeyID, SecretAccessKey: c.creds.SecretAccessKey},
+		req, hex.EncodeToString(sum[:]), "ec2", cloudRegion, time.Now())
+}
+
+// cloudRegion is the kind overlay's region (--region of fakecloud and the driver).
+const cloudRegion = "us-east-1"
 
 // cloudVolume is one volume of GET /admin/volumes.
 type cloudVolume struct {
@@ -79,6 +101,9 @@ func (c *cloudClient) volumes(ctx context.Context) ([]cloudVolume, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/admin/volumes", nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.creds.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.creds.AdminToken)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -143,11 +168,15 @@ func (c *cloudClient) snapshotsTagged(ctx context.Context, key, value string) ([
 		if token != "" {
 			form.Set("NextToken", token)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/", strings.NewReader(form.Encode()))
+		payload := form.Encode()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/", strings.NewReader(payload))
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+		if err := c.sign(ctx, req, payload); err != nil {
+			return nil, err
+		}
 		resp, err := c.http.Do(req)
 		if err != nil {
 			return nil, err

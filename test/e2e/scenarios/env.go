@@ -18,6 +18,8 @@ type environment struct {
 	local      bool
 	kubeconfig string
 	cloudURL   string // empty: cloud checks off
+	// cloud are fakecloud's keys and admin token, when it checks them.
+	cloud      cluster.CloudCredentials
 	hostChecks bool
 	// scope holds the directories whose mounts (below pods/ and plugins/kubernetes.io/csi/) and loop devices
 	// belong to the run: the local cluster's work dir, or the kubelet root dir.

@@ -24,6 +24,12 @@ var (
 		"run against this cluster (kind, …) instead of starting the local one")
 	cloudURLFlag = flag.String("cloud-url", "",
 		"with -kubeconfig: fakecloud's base URL (e.g. through a port-forward); empty turns the cloud checks off")
+	cloudKeyFlag = flag.String("cloud-access-key-id", os.Getenv("CLOUD_ACCESS_KEY_ID"),
+		"with -cloud-url: the key fakecloud checks EC2 signatures with (the aws-credentials Secret's key_id)")
+	cloudSecretFlag = flag.String("cloud-secret-access-key", os.Getenv("CLOUD_SECRET_ACCESS_KEY"),
+		"with -cloud-url: its secret (access_key)")
+	cloudAdminTokenFlag = flag.String("cloud-admin-token", os.Getenv("CLOUD_ADMIN_TOKEN"),
+		"with -cloud-url: fakecloud's admin token (admin_token)")
 	hostChecksFlag = flag.Bool("host-checks", false,
 		"with -kubeconfig: check mounts, devices and loop devices on this machine (kubelets must run on it)")
 	kubeletRootFlag = flag.String("kubelet-root-dir", "/var/lib/kubelet",
@@ -48,6 +54,7 @@ func TestMain(m *testing.M) {
 func mainRun(m *testing.M) int {
 	if *kubeconfigFlag != "" {
 		env = environment{kubeconfig: findKubeconfig(*kubeconfigFlag), cloudURL: *cloudURLFlag,
+			cloud:      cluster.CloudCredentials{AccessKeyID: *cloudKeyFlag, SecretAccessKey: *cloudSecretFlag, AdminToken: *cloudAdminTokenFlag},
 			hostChecks: *hostChecksFlag, cloudVolumesDir: *cloudVolumesDirFlag,
 			testImage: *testImageFlag}
 		env.kubeletRoot = *kubeletRootFlag
@@ -109,7 +116,7 @@ func mainRun(m *testing.M) int {
 		return 1
 	}
 	info := c.Info()
-	env = environment{local: true, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, hostChecks: true,
+	env = environment{local: true, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, cloud: info.Cloud, hostChecks: true,
 		scope: []string{"/var/lib/kubelet"}, cloudVolumesDir: info.CloudVolumesDir, nodes: info.Nodes,
 		testImage: info.TestImage, repoList: info.RepoList}
 	env.resolvePaths()

@@ -109,7 +109,7 @@ func newRun(t *testing.T) *run {
 		t.Fatal(err)
 	}
 	if env.cloudURL != "" {
-		r.cloud = newCloudClient(env.cloudURL)
+		r.cloud = newCloudClient(env.cloudURL, env.cloud)
 	}
 	r.discoverNodes(t)
 
