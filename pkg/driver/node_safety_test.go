@@ -518,7 +518,14 @@ func runNodeHealth(t *testing.T) {
 		dir := e.path(name)
 		must(t, os.Mkdir(dir, 0o755))
 		must(t, unix.Mount(source, dir, fstype, 0, opts))
-		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		t.Cleanup(func() {
+			// Release the devices of files on it first: once it is unmounted (and this namespace gone), their
+			// backing paths no longer lie under any directory the outer cleanup could name.
+			if err := hostclean.ReleaseLoopsUnder(dir); err != nil {
+				t.Logf("cleanup: %v", err)
+			}
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+		})
 		return dir
 	}
 
