@@ -57,3 +57,28 @@ func ReleaseLoopsUnder(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ReleaseLoopsOnFilesystem detaches the loop devices whose backing file lives on the filesystem with device
+// number fsDev (as stat reports it), wherever it is mounted or was: a filesystem lazily unmounted, or mounted
+// only in a mount namespace that is gone, has no path left to name its files by.
+func ReleaseLoopsOnFilesystem(fsDev uint64) error {
+	devs, err := loopdev.Sysfs{}.List()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range devs {
+		f, err := os.Open(d.Path())
+		if err != nil {
+			continue // no node in /dev for it: not one a test of ours could have bound
+		}
+		st, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		if err == nil && st.Device == fsDev {
+			if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+				errs = append(errs, fmt.Errorf("release %s: %w", d.Path(), err))
+			}
+		}
+		_ = f.Close()
+	}
+	return errors.Join(errs...)
+}

@@ -518,13 +518,15 @@ func runNodeHealth(t *testing.T) {
 		dir := e.path(name)
 		must(t, os.Mkdir(dir, 0o755))
 		must(t, unix.Mount(source, dir, fstype, 0, opts))
+		var st unix.Stat_t
+		must(t, unix.Stat(dir, &st))
 		t.Cleanup(func() {
-			// Release the devices of files on it first: once it is unmounted (and this namespace gone), their
-			// backing paths no longer lie under any directory the outer cleanup could name.
-			if err := hostclean.ReleaseLoopsUnder(dir); err != nil {
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+			// The devices of volume files on it, by the filesystem's device number: once it is unmounted (or
+			// this namespace gone) their backing paths lie under no directory a cleanup could name.
+			if err := hostclean.ReleaseLoopsOnFilesystem(st.Dev); err != nil {
 				t.Logf("cleanup: %v", err)
 			}
-			_ = unix.Unmount(dir, unix.MNT_DETACH)
 		})
 		return dir
 	}
