@@ -42,7 +42,8 @@ test-clients:
 E2E_EXTERNAL ?= false
 e2e: image
 	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ && \
-		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ -args -external=$(E2E_EXTERNAL)
+		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ $(if $(filter true,$(E2E_EXTERNAL)),,-run '^TestE2E$$') \
+			-args -external=$(E2E_EXTERNAL)
 
 # Kubernetes' external storage suite (but its disruptive specs), on a fresh cluster.
 e2e-conformance: image
