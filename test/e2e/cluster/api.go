@@ -10,6 +10,9 @@ type NodeInfo struct {
 	Name       string
 	Zone       string
 	InstanceID string
+	// InstanceType is the node's node.kubernetes.io/instance-type label and its fakecloud instance's type: the
+	// node plugin reads its volume limit from it, fakecloud enforces the same type's.
+	InstanceType string
 	// RootDir is the kubelet's root directory as the node sees it (pods' volumes are mounted below it).
 	RootDir string
 	// Pid is a process in the node's mount namespace (its containerd): /proc/<Pid>/mountinfo lists the node's

@@ -34,7 +34,7 @@ func (c *Cluster) waitCloud(ctx context.Context) error {
 	c.info.CloudURL = "http://" + podIP + ":8787"
 	c.info.CloudVolumesDir = "/var/lib/fakecloud/volumes"
 	for _, n := range nodeSpecs {
-		body := fmt.Sprintf(`{"zone":%q}`, n.Zone)
+		body := fmt.Sprintf(`{"zone":%q,"instanceType":%q}`, n.Zone, n.InstanceType)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.info.CloudURL+"/admin/instances/"+n.InstanceID, strings.NewReader(body))
 		if err != nil {
 			return err

@@ -67,9 +67,9 @@ func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.BinDir, 
 
 // nodeSpecs are the cluster's nodes: two in zone a, one in zone b.
 var nodeSpecs = []NodeInfo{
-	{Name: "node-a1", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a01"},
-	{Name: "node-a2", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a02"},
-	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01"},
+	{Name: "node-a1", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a01", InstanceType: "m5.large"},
+	{Name: "node-a2", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a02", InstanceType: "c5.xlarge"},
+	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01", InstanceType: "m4.large"},
 }
 
 // lockFile serializes runs of the harness: the cluster's addresses, bridge and host paths are fixed.

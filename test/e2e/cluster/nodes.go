@@ -209,7 +209,8 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeInfo, i int, runc stri
 	n.kubelet, err = c.start(spec.Name+"-kubelet", "nsenter", []string{"--mount=/proc/" + fmt.Sprint(n.info.Pid) + "/ns/mnt", "--",
 		c.bin("kubelet"), "--kubeconfig=" + kubeconfig, "--config=" + kcfgFile, "--root-dir=/var/lib/kubelet",
 		"--hostname-override=" + spec.Name, "--node-ip=" + podGateway,
-		"--node-labels=topology.kubernetes.io/zone=" + spec.Zone + ",node.diskforge.io/instance-id=" + spec.InstanceID,
+		"--node-labels=topology.kubernetes.io/zone=" + spec.Zone + ",node.diskforge.io/instance-id=" + spec.InstanceID +
+			",node.kubernetes.io/instance-type=" + spec.InstanceType,
 		"--provider-id=aws:///" + spec.Zone + "/" + spec.InstanceID, "--v=2",
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ func TestE2E(t *testing.T) {
 	start := time.Now()
 	r := newRun(t)
 	recordTiming("setup: nodes, namespace, classes", "ok", time.Since(start))
+	r.scenario(t, "S0_volume_limits", scenarioVolumeLimits)
 	r.scenario(t, "S1_wffc_zone_b", scenarioWFFCZoneB)
 	r.scenario(t, "S2_move_within_zone", scenarioMoveWithinZone)
 	r.scenario(t, "S3_online_expansion_xfs", scenarioOnlineExpansion)
