@@ -18,6 +18,8 @@ type environment struct {
 	local      bool
 	kubeconfig string
 	cloudURL   string // empty: cloud checks off
+	// root is the repository, found before the local cluster's run leaves the package directory.
+	root string
 	// cloud are fakecloud's keys and admin token, when it checks them.
 	cloud      cluster.CloudCredentials
 	hostChecks bool

@@ -47,9 +47,12 @@ func TestExternalStorage(t *testing.T) {
 		}
 		t.Skip(env.skip)
 	}
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
+	root := env.root
+	if root == "" { // -kubeconfig: still in the package directory
+		var err error
+		if root, err = repoRoot(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bin := filepath.Join(root, ".cache", "e2e-bin", "e2e.test")
 	if *binDirFlag != "" {

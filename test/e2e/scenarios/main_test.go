@@ -116,7 +116,7 @@ func mainRun(m *testing.M) int {
 		return 1
 	}
 	info := c.Info()
-	env = environment{local: true, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, cloud: info.Cloud, hostChecks: true,
+	env = environment{local: true, root: root, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, cloud: info.Cloud, hostChecks: true,
 		scope: []string{"/var/lib/kubelet"}, cloudVolumesDir: info.CloudVolumesDir, nodes: info.Nodes,
 		testImage: info.TestImage, repoList: info.RepoList}
 	env.resolvePaths()
