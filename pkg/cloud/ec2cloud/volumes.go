@@ -106,8 +106,9 @@ func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOpti
 // volumeSubmit sends one creation request under a ClientToken and returns the volume it made.
 type volumeSubmit func(ctx context.Context, token string) (ec2types.Volume, error)
 
-func (c *Cloud) createVolume(name string, opts cloud.DiskOptions) volumeSubmit {
-	in := &ec2.CreateVolumeInput{
+// createVolumeInput maps the options onto CreateVolume's request; CopyVolumes takes the same fields.
+func (c *Cloud) createVolumeInput(name string, opts cloud.DiskOptions) *ec2.CreateVolumeInput {
+	return &ec2.CreateVolumeInput{
 		AvailabilityZone:   aws.String(opts.Zone),
 		TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
 		VolumeType:         ec2types.VolumeType(opts.VolumeType),
@@ -119,6 +120,10 @@ func (c *Cloud) createVolume(name string, opts cloud.DiskOptions) volumeSubmit {
 		SnapshotId:         nonEmpty(opts.SnapshotID),
 		MultiAttachEnabled: trueOrNil(opts.MultiAttach),
 	}
+}
+
+func (c *Cloud) createVolume(name string, opts cloud.DiskOptions) volumeSubmit {
+	in := c.createVolumeInput(name, opts)
 	return func(ctx context.Context, token string) (ec2types.Volume, error) {
 		in.ClientToken = aws.String(token)
 		out, err := c.ec2.CreateVolume(ctx, in, c.retry.forAction("CreateVolume"))
@@ -131,17 +136,10 @@ func (c *Cloud) createVolume(name string, opts cloud.DiskOptions) volumeSubmit {
 
 // copyVolume copies opts.SourceDiskID (EC2's CopyVolumes), which makes the copy in the source's zone.
 func (c *Cloud) copyVolume(name string, opts cloud.DiskOptions) volumeSubmit {
-	in := &ec2.CopyVolumesInput{
-		SourceVolumeId:     aws.String(opts.SourceDiskID),
-		TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: tagList(c.diskTags(name, opts))}},
-		VolumeType:         ec2types.VolumeType(opts.VolumeType),
-		Size:               positive(opts.SizeGiB),
-		Iops:               positive(opts.IOPS),
-		Throughput:         positive(opts.Throughput),
-		Encrypted:          trueOrNil(opts.Encrypted),
-		KmsKeyId:           nonEmpty(opts.KMSKeyID),
-		MultiAttachEnabled: trueOrNil(opts.MultiAttach),
-	}
+	v := c.createVolumeInput(name, opts)
+	in := &ec2.CopyVolumesInput{SourceVolumeId: aws.String(opts.SourceDiskID), TagSpecifications: v.TagSpecifications,
+		VolumeType: v.VolumeType, Size: v.Size, Iops: v.Iops, Throughput: v.Throughput, Encrypted: v.Encrypted,
+		KmsKeyId: v.KmsKeyId, MultiAttachEnabled: v.MultiAttachEnabled}
 	return func(ctx context.Context, token string) (ec2types.Volume, error) {
 		in.ClientToken = aws.String(token)
 		out, err := c.ec2.CopyVolumes(ctx, in, c.retry.forAction("CopyVolumes"))
