@@ -43,19 +43,7 @@ func ReleaseLoopsUnder(dir string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, d := range devs {
-		f, err := os.Open(d.Path())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-			errs = append(errs, fmt.Errorf("release %s: %w", d.Path(), err))
-		}
-		_ = f.Close()
-	}
-	return errors.Join(errs...)
+	return releaseLoops(devs, func(*os.File) bool { return true })
 }
 
 // ReleaseLoopsOnFilesystem detaches the loop devices whose backing file lives on the filesystem with device
@@ -66,14 +54,22 @@ func ReleaseLoopsOnFilesystem(fsDev uint64) error {
 	if err != nil {
 		return err
 	}
+	return releaseLoops(devs, func(f *os.File) bool {
+		st, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		return err == nil && st.Device == fsDev
+	})
+}
+
+// releaseLoops clears the devices that match, judged on the opened device.
+func releaseLoops(devs []loopdev.Device, match func(*os.File) bool) error {
 	var errs []error
 	for _, d := range devs {
 		f, err := os.Open(d.Path())
 		if err != nil {
-			continue // no node in /dev for it: not one a test of ours could have bound
+			errs = append(errs, err)
+			continue
 		}
-		st, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
-		if err == nil && st.Device == fsDev {
+		if match(f) {
 			if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
 				errs = append(errs, fmt.Errorf("release %s: %w", d.Path(), err))
 			}
