@@ -16,13 +16,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// profile is how long fakecloud's transitions take.
+// profile is how long fakecloud's transitions take, and how the cycles arrive: all at once (a burst), or
+// evenly over Spread, as a provisioner sees PVCs come in a stream. Cycles, when set, replaces --cycles.
 type profile struct {
 	Name       string        `json:"name"`
 	Transition time.Duration `json:"-"`
+	Spread     time.Duration `json:"-"`
+	Cycles     int           `json:"-"`
 }
 
-var profiles = []profile{{Name: "instant"}, {Name: "1s", Transition: time.Second}}
+var profiles = []profile{{Name: "instant"}, {Name: "1s", Transition: time.Second},
+	// 10 cycles a second: waits overlap, and batching shares their polls.
+	{Name: "1s-stream", Transition: time.Second, Spread: 10 * time.Second},
+	// One cycle every half second: few waits overlap, as when PVCs trickle in.
+	{Name: "1s-trickle", Transition: time.Second, Spread: 10 * time.Second, Cycles: 20}}
 
 // rpcs are the steps of a cycle, in order.
 var rpcs = []string{"CreateVolume", "ControllerPublishVolume", "ControllerUnpublishVolume", "DeleteVolume"}
@@ -71,7 +78,8 @@ func runController(ctx context.Context, args []string) error {
 	fs.IntVar(&b.cycles, "cycles", 100, "parallel cycles per run")
 	fs.IntVar(&b.nodes, "nodes", 10, "instances the volumes are published to")
 	fs.IntVar(&b.runs, "runs", 1, "rounds; each round runs every driver on every profile")
-	only := fs.String("profiles", "instant,1s", "profiles to run: instant, 1s")
+	only := fs.String("profiles", "instant,1s,1s-stream,1s-trickle",
+		"profiles to run: instant, 1s (all cycles at once), 1s-stream (spread over 10 s), 1s-trickle (20 cycles over 10 s)")
 	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -172,9 +180,17 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 		}
 	}
 	start := time.Now()
-	for i := range b.cycles {
+	cycles := b.cycles
+	if p.Cycles > 0 {
+		cycles = p.Cycles
+	}
+	for i := range cycles {
 		node := ids[i%len(ids)]
-		wg.Go(func() { cycle(ctx, ctrl, fmt.Sprintf("pvc-bench-%d-%04d", run, i), node, zoneOf[node], record) })
+		delay := p.Spread * time.Duration(i) / time.Duration(cycles)
+		wg.Go(func() {
+			time.Sleep(delay)
+			cycle(ctx, ctrl, fmt.Sprintf("pvc-bench-%d-%04d", run, i), node, zoneOf[node], record)
+		})
 	}
 	wg.Wait()
 	wall := time.Since(start)
@@ -183,7 +199,7 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 		return nil, err
 	}
 
-	r := &result{Driver: d.name, Profile: p.Name, Run: run, Cycles: b.cycles, Nodes: b.nodes, Errors: len(errs),
+	r := &result{Driver: d.name, Profile: p.Name, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(errs),
 		WallSeconds: round(wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
 	for k, v := range after {
 		n := v - before[k]
@@ -195,9 +211,9 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 				r.ServerMeanMS[action] = round(1000 * n / calls)
 			}
 		case k == "total":
-			r.CallsPerCycle = round(n / float64(b.cycles))
+			r.CallsPerCycle = round(n / float64(cycles))
 		case !strings.Contains(k, "/"):
-			r.Calls[k] = round(n / float64(b.cycles))
+			r.Calls[k] = round(n / float64(cycles))
 		case !strings.HasSuffix(k, "/Success"):
 			r.CallErrors[k] = n
 		}

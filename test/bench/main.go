@@ -6,7 +6,8 @@
 //	go run ./test/bench node       (root, loop devices, mkfs.ext4, mkfs.xfs)
 //
 // controller runs N parallel CreateVolume → ControllerPublish → ControllerUnpublish → DeleteVolume cycles for
-// each profile (instant transitions; 1 s create/attach/detach), with a fresh fakecloud per run, and prints one
+// each profile (instant transitions and 1 s create/attach/detach, the cycles all at once; and 1 s transitions
+// with the cycles arriving evenly over 10 s), with a fresh fakecloud per run, and prints one
 // JSON object per run: EC2 calls per cycle and per action, p50/p99 per RPC, wall time, errors. Several
 // drivers are run in turn within each round, so their numbers come from the same minutes of a noisy machine.
 //

@@ -32,11 +32,12 @@ type batcher[T any] struct {
 }
 
 // observation is what one Describe call saw of one resource: its record, or that it was missing, or the
-// error of the call.
+// error of the call. The call was sent at sent and answered at at.
 type observation[T any] struct {
 	value T
 	found bool
 	err   error
+	sent  time.Time
 	at    time.Time
 }
 
@@ -180,6 +181,7 @@ func (b *batcher[T]) fetchAll(ids []string) map[string]observation[T] {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 			defer cancel()
+			sent := time.Now()
 			found, err := b.fetch(ctx, chunk)
 			at := time.Now()
 			b.metrics.batchSize.WithLabelValues(b.resource).Observe(float64(len(chunk)))
@@ -187,7 +189,7 @@ func (b *batcher[T]) fetchAll(ids []string) map[string]observation[T] {
 			defer mu.Unlock()
 			for _, id := range chunk {
 				v, ok := found[id]
-				out[id] = observation[T]{value: v, found: ok, err: err, at: at}
+				out[id] = observation[T]{value: v, found: ok, err: err, sent: sent, at: at}
 			}
 		})
 	}

@@ -157,7 +157,7 @@ func TestBatcherGetHonoursContext(t *testing.T) {
 // of its own.
 func TestWaitForSkipsPollsOthersMade(t *testing.T) {
 	f := &fakeFetch{}
-	c := &Cloud{wait: WaitOptions{Initial: time.Hour, Max: time.Hour}.withDefaults(), metrics: newMetrics(nil)}
+	c := &Cloud{wait: WaitOptions{Initial: time.Hour, Max: time.Hour, FixedSchedule: true}.withDefaults(), metrics: newMetrics(nil)}
 	b := testBatcher(f, 200)
 	// Another subscriber keeps the batcher from being idle, so the wait does not poll at once.
 	other, _ := b.subscribe("vol-other")

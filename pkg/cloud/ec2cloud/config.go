@@ -51,6 +51,8 @@ type Cloud struct {
 	retry     *retryers
 	metrics   *metrics
 	devices   *deviceAllocator
+	// estimates learn how long transitions take, for the first poll of a wait.
+	estimates *durationEstimates
 
 	// unbatched makes every wait poll on its own; benchmarks set it to measure what batching saves.
 	unbatched bool
@@ -107,6 +109,7 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 	})
 	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m}
 	c.devices = newDeviceAllocator(c.describeInstanceDevices)
+	c.estimates = newDurationEstimates(4 * o.Wait.Initial)
 	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m)
 	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m)
 	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m)

@@ -111,7 +111,11 @@ func (c *Cloud) waitModification(ctx context.Context, volumeID string, complete 
 	const op = "modify disk"
 	var last ec2types.VolumeModification
 	grace := graceClock{grace: c.wait.ConsistencyGrace}
-	err := waitFor(ctx, c, c.modifications, waitModify, volumeID, func(o observation[ec2types.VolumeModification]) (bool, error) {
+	what := waitModify
+	if complete {
+		what = waitModifyComplete
+	}
+	err := waitFor(ctx, c, c.modifications, what, volumeID, func(o observation[ec2types.VolumeModification]) (bool, error) {
 		if o.err != nil {
 			return false, transientPollError(classify("DescribeVolumesModifications", o.err), "modification", volumeID)
 		}

@@ -27,6 +27,9 @@ type WaitOptions struct {
 	// FetchTimeout bounds one batched Describe call, which serves many waits and so has no caller's context.
 	// Default 30s.
 	FetchTimeout time.Duration
+	// FixedSchedule polls by the schedule above alone. By default a wait first sleeps through most of the
+	// time its kind of transition has recently taken (see durationEstimates).
+	FixedSchedule bool
 }
 
 func (w WaitOptions) withDefaults() WaitOptions {
@@ -80,11 +83,13 @@ func (w WaitOptions) newBackOff() backoff.BackOff {
 
 // What a wait waits for, as the wait metric labels it.
 const (
-	waitCreate   = "create"
-	waitAttach   = "attach"
-	waitDetach   = "detach"
-	waitModify   = "modify"
-	waitSnapshot = "snapshot"
+	waitCreate = "create"
+	waitAttach = "attach"
+	waitDetach = "detach"
+	waitModify = "modify"
+	// waitModifyComplete waits for a modification to finish optimizing too, which takes far longer.
+	waitModifyComplete = "modify-complete"
+	waitSnapshot       = "snapshot"
 )
 
 // checkFunc judges an observation: done, failed (err), or neither (keep waiting).
@@ -93,7 +98,8 @@ type checkFunc[T any] func(o observation[T]) (done bool, err error)
 // waitFor polls id through b until check reports done or an error, or ctx ends (then it returns ctx's error).
 //
 // The schedule comes from WaitOptions: a wait that starts while no other is in progress polls at once, others
-// poll after Initial; then the interval grows. Every observation of id counts, including those from calls
+// poll after Initial; then the interval grows. Once waits of its kind have ended, a wait first sleeps through
+// most of the time they took, then polls by that schedule. Every observation of id counts, including those from calls
 // other waits asked for: a wait that was observed since its last poll skips its next one. So under load one
 // Describe call serves many waits, and no wait is observed less often than its own schedule.
 func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id string, check checkFunc[T]) (err error) {
@@ -112,20 +118,27 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 		// For comparison in benchmarks only: every wait polls on its own.
 		b = newBatcher(b.resource, b.fetch, c.wait, c.metrics)
 	}
+	var sleep time.Duration
+	if !c.wait.FixedSchedule {
+		sleep = c.estimates.firstPoll(what)
+	}
 	sub, idle := b.subscribe(id)
 	defer sub.close()
 	bo := c.wait.newBackOff()
 
 	// awaiting: we asked for a call and wait for its result. observed: someone else's call observed id since
-	// our last poll.
-	awaiting, observed := false, false
+	// our last poll. pending: an observation showed id not done yet.
+	awaiting, observed, pending := false, false, false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	if idle {
+	switch {
+	case sleep > 0:
+		timer.Reset(sleep)
+	case idle:
 		timer.Stop()
 		awaiting = true
 		sub.request()
-	} else {
+	default:
 		timer.Reset(bo.NextBackOff())
 	}
 	for {
@@ -138,9 +151,14 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 				continue
 			}
 			done, err := check(o)
+			if done && err == nil && !c.wait.FixedSchedule {
+				// From when the call was sent: on a busy cloud its answer can take longer than the transition.
+				c.estimates.record(what, o.sent.Sub(start), pending)
+			}
 			if done || err != nil {
 				return err
 			}
+			pending = true
 			if awaiting {
 				awaiting, observed = false, false
 				timer.Reset(bo.NextBackOff())

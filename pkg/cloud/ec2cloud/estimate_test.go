@@ -1,0 +1,110 @@
+package ec2cloud
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
+)
+
+func TestDurationEstimates(t *testing.T) {
+	type sample struct {
+		took       time.Duration
+		sawPending bool
+	}
+	ms := time.Millisecond
+	cases := []struct {
+		name    string
+		samples []sample
+		want    time.Duration
+	}{
+		{"no history polls by the schedule", nil, 0},
+		{"too few waits", []sample{{time.Second, true}, {time.Second, true}}, 0},
+		{"lower quartile, a little early", []sample{{5000 * ms, true}, {1000 * ms, true}, {900 * ms, true}, {1100 * ms, true}}, 900 * ms},
+		// Seen done at the first poll: the transition may have been much shorter, so the sample counts half.
+		{"seen done at once shrinks", []sample{{1000 * ms, false}, {1000 * ms, false}, {1000 * ms, false}}, 450 * ms},
+		{"below the floor polls at once", []sample{{100 * ms, true}, {100 * ms, true}, {100 * ms, true}}, 0},
+		{"only the recent window counts", append(repeat(sample{10 * time.Second, true}, 40), repeat(sample{time.Second, true}, estimateWindow/4+1)...), 900 * ms},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newDurationEstimates(200 * ms)
+			for _, s := range tc.samples {
+				e.record(waitAttach, s.took, s.sawPending)
+			}
+			if got := e.firstPoll(waitAttach); got != tc.want {
+				t.Errorf("firstPoll = %v, want %v", got, tc.want)
+			}
+			if got := e.firstPoll(waitCreate); got != 0 {
+				t.Errorf("another kind's firstPoll = %v, want 0 (kinds are learned apart)", got)
+			}
+		})
+	}
+}
+
+// TestDurationEstimatesTrackChanges: an estimate that became too long (the cloud got faster) comes down within
+// a few waits, since a wait that sees its resource done at the first poll counts half.
+func TestDurationEstimatesTrackChanges(t *testing.T) {
+	e := newDurationEstimates(0)
+	for range estimateWindow {
+		e.record(waitCreate, 4*time.Second, true)
+	}
+	waits := 0
+	for e.firstPoll(waitCreate) > 500*time.Millisecond {
+		// The cloud now takes 200 ms: the wait polls first at the stale estimate and sees it done.
+		e.record(waitCreate, e.firstPoll(waitCreate), false)
+		waits++
+		if waits > estimateWindow {
+			t.Fatalf("estimate still %v after %d fast waits", e.firstPoll(waitCreate), waits)
+		}
+	}
+	t.Logf("estimate from 3.6s to under 0.5s after %d waits", waits)
+}
+
+func repeat[T any](v T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// TestLearnedFirstPollSavesDescribes: once a few creates have shown how long creation takes, the next ones
+// sleep through it and need about two DescribeVolumes each instead of the schedule's six or so. Both counts
+// come from fakecloud's own metrics; a loaded machine only stretches the schedule, which lowers them.
+func TestLearnedFirstPollSavesDescribes(t *testing.T) {
+	const create = 400 * time.Millisecond
+	run := func(t *testing.T, fixed bool) float64 {
+		e := newTestEnv(t, fakecloudtest.Options{Durations: state.Durations{VolumeCreate: create}}, func(o *Options) {
+			// The production schedule, so that the comparison is the one a real cloud sees.
+			o.Wait = WaitOptions{FixedSchedule: fixed}
+		})
+		ctx := ctxTimeout(t, time.Minute)
+		// Creates one after the other: each wait starts on an idle cloud.
+		for i := range estimateMinSamples {
+			if _, err := e.CreateDisk(ctx, fmt.Sprintf("warm-%d", i), cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := e.calls(t)["DescribeVolumes"]
+		const measured = 5
+		for i := range measured {
+			if _, err := e.CreateDisk(ctx, fmt.Sprintf("measured-%d", i), cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return (e.calls(t)["DescribeVolumes"] - before) / measured
+	}
+	fixed := run(t, true)
+	learned := run(t, false)
+	t.Logf("DescribeVolumes per create of %v: fixed schedule %.1f, learned first poll %.1f", create, fixed, learned)
+	if learned > 2.5 {
+		t.Errorf("learned first poll: %.1f DescribeVolumes per create, want at most 2.5", learned)
+	}
+	if learned >= fixed {
+		t.Errorf("learned first poll made %.1f calls per create, the fixed schedule %.1f: nothing saved", learned, fixed)
+	}
+}
