@@ -108,3 +108,18 @@ func TestLearnedFirstPollSavesDescribes(t *testing.T) {
 		t.Errorf("learned first poll made %.1f calls per create, the fixed schedule %.1f: nothing saved", learned, fixed)
 	}
 }
+
+// TestLearnedFirstPollWithinDeadline: an estimate longer than the caller's deadline (a transition that used to
+// be slow) does not make the wait sleep past it: it polls within the deadline and sees the disk ready.
+func TestLearnedFirstPollWithinDeadline(t *testing.T) {
+	e := newTestEnv(t, fakecloudtest.Options{Durations: state.Durations{VolumeCreate: 100 * time.Millisecond}}, func(o *Options) {
+		o.Wait = WaitOptions{}
+	})
+	for range estimateWindow {
+		e.estimates.record(waitCreate, time.Minute, true)
+	}
+	ctx := ctxTimeout(t, 3*time.Second)
+	if _, err := e.CreateDisk(ctx, "slow-estimate", cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+		t.Fatalf("CreateDisk with a 3s deadline under a 54s estimate: %v", err)
+	}
+}

@@ -121,6 +121,11 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 	var sleep time.Duration
 	if !c.wait.FixedSchedule {
 		sleep = c.estimates.firstPoll(what)
+		// A caller whose deadline falls within the estimate still gets polls before it gives up: a wait that
+		// only slept would time out without a look, and so would every retry of it.
+		if deadline, ok := ctx.Deadline(); ok {
+			sleep = min(sleep, time.Until(deadline)/2)
+		}
 	}
 	sub, idle := b.subscribe(id)
 	defer sub.close()
