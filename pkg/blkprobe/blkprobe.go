@@ -17,6 +17,7 @@ package blkprobe
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -50,21 +51,22 @@ type Region struct {
 
 func (r Region) end() int64 { return r.Off + r.Len }
 
-// What blkid 2.38 reads of a blank device, rounded up generously (measured with strace; see the test):
-//   - from the start: everything below 1 MiB (MBR, GPT, the ext/xfs/btrfs/... superblocks, ZFS's first two
-//     256 KiB labels) and 512 B–1 KiB at 1 MiB, 2 MiB and 4 MiB; here the first 1 MiB + 64 KiB and 64 KiB at
-//     2 and 4 MiB.
-//   - from the end: ZFS's last two labels (512 KiB below the device's size rounded down to 256 KiB), MD 0.90
-//     and 1.0 superblocks, DDF and the other firmware RAIDs, up to 3087 sectors (1.51 MiB) below the end; here
-//     the last 2 MiB.
-const (
-	window  = 64 << 10
-	headLen = 1<<20 + window
-	tailLen = 2 << 20
-)
+// What blkid 2.38 reads of a blank device (measured with strace; see the test), widened to the 64 KiB blocks
+// around each read:
+//   - from the start: the first 516 KiB (MBR, GPT, the ext/xfs/btrfs/... superblocks, ZFS's first two
+//     256 KiB labels) and 512 B–1 KiB at 1, 2 and 4 MiB;
+//   - from the end: ZFS's last two labels (512 KiB below the size rounded down to 256 KiB, so at most 768 KiB
+//     from the end), the MD 0.90 and 1.0 superblocks, DDF's anchor and the other firmware RAIDs' metadata,
+//     all within the last 512 KiB but Promise's deepest copy, 3087 sectors (1.51 MiB) below the end.
+//
+// Each byte read costs: this is a third of what the first and last 2 MiB would be.
+const window = 64 << 10
 
-// headWindows are the offsets of the further windows of the start.
-var headWindows = [...]int64{2 << 20, 4 << 20}
+// fromStart are offsets from the device's start.
+var fromStart = [...]Region{{0, 576 << 10}, {1 << 20, window}, {2 << 20, window}, {4 << 20, window}}
+
+// fromEnd are distances from the device's end (Off) and lengths.
+var fromEnd = [...]Region{{3087*512 + window/2, window}, {1 << 20, 1 << 20}}
 
 // Regions returns the byte ranges of a device of size bytes that must be zero for it to be blank, sorted and
 // disjoint; nil when size is outside the measured envelope.
@@ -72,12 +74,12 @@ func Regions(size int64) []Region {
 	if size < minSize {
 		return nil
 	}
-	rs := []Region{{0, headLen}}
-	for _, off := range headWindows {
-		rs = append(rs, Region{off, window})
+	rs := slices.Clone(fromStart[:])
+	for _, r := range fromEnd {
+		rs = append(rs, Region{size - r.Off, r.Len})
 	}
-	rs = append(rs, Region{size - tailLen, tailLen})
-	// Merge overlaps (a small device's tail reaches into its head windows).
+	slices.SortFunc(rs, func(a, b Region) int { return cmp.Compare(a.Off, b.Off) })
+	// Merge overlaps and neighbours (on a small device the ends come close).
 	out := rs[:1]
 	for _, r := range rs[1:] {
 		last := &out[len(out)-1]
@@ -101,6 +103,8 @@ func Blank(path string) (bool, error) {
 		return false, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	// As blkid does: read what is asked for, no readahead around it.
+	_ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, &fs.PathError{Op: "fstat", Path: path, Err: err}
