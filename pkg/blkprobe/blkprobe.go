@@ -11,8 +11,13 @@
 // blkid on blank loop devices of several sizes and sector sizes and fails when blkid reads outside it.
 //
 // Anything else (a non-zero byte in the regions, a device outside the measured envelope, an error) is not a
-// proof, and the caller asks blkid as before. The device is read through the page cache, as blkid reads it,
-// so both see the same bytes.
+// proof, and the caller asks blkid as before.
+//
+// blkid reads through the page cache; Blank reads with O_DIRECT, which costs half as much on a loop device
+// and sees the same bytes: a direct read first writes back the dirty cached pages of its range, and clean
+// cached pages hold what the device holds (and the kernel drops a block device's cache when its last opener
+// closes it, so a volume no one holds open has none). Direct reads need aligned offsets, lengths and memory:
+// the regions are whole 4 KiB pages (or end at the device's end, a whole number of sectors).
 package blkprobe
 
 import (
@@ -24,6 +29,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,21 +68,27 @@ func (r Region) end() int64 { return r.Off + r.Len }
 // Each byte read costs: this is a third of what the first and last 2 MiB would be.
 const window = 64 << 10
 
+// page is the alignment of the regions and of the read buffer: the largest logical sector size supported.
+const page = 4096
+
 // fromStart are offsets from the device's start.
 var fromStart = [...]Region{{0, 576 << 10}, {1 << 20, window}, {2 << 20, window}, {4 << 20, window}}
 
 // fromEnd are distances from the device's end (Off) and lengths.
 var fromEnd = [...]Region{{3087*512 + window/2, window}, {1 << 20, 1 << 20}}
 
-// Regions returns the byte ranges of a device of size bytes that must be zero for it to be blank, sorted and
-// disjoint; nil when size is outside the measured envelope.
+// Regions returns the byte ranges of a device of size bytes that must be zero for it to be blank: sorted,
+// disjoint, in whole pages; nil when size is outside the measured envelope.
 func Regions(size int64) []Region {
 	if size < minSize {
 		return nil
 	}
 	rs := slices.Clone(fromStart[:])
 	for _, r := range fromEnd {
-		rs = append(rs, Region{size - r.Off, r.Len})
+		// Widened to whole pages, so that direct reads can read it.
+		off := (size - r.Off) &^ (page - 1)
+		end := min(size, (size-r.Off+r.Len+page-1)&^(page-1))
+		rs = append(rs, Region{off, end - off})
 	}
 	slices.SortFunc(rs, func(a, b Region) int { return cmp.Compare(a.Off, b.Off) })
 	// Merge overlaps and neighbours (on a small device the ends come close).
@@ -92,19 +104,17 @@ func Regions(size int64) []Region {
 	return out
 }
 
-// readChunk bounds the buffer of one read.
-const readChunk = 256 << 10
+// readChunk is the size of one read: on a loop device, reads of 64–128 KiB finish soonest.
+const readChunk = 128 << 10
 
 // Blank reports whether the block device at path is provably blank. false without an error means it could not
 // be proven: a non-zero byte where blkid looks, or a device outside the envelope the proof holds for.
 func Blank(path string) (bool, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_DIRECT, 0)
 	if err != nil {
 		return false, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	// As blkid does: read what is asked for, no readahead around it.
-	_ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, &fs.PathError{Op: "fstat", Path: path, Err: err}
@@ -131,7 +141,7 @@ func Blank(path string) (bool, error) {
 	if !wholeDisk(st.Rdev) {
 		return false, nil
 	}
-	buf, zero := make([]byte, readChunk), make([]byte, readChunk)
+	buf, zero := alignedBuffer(readChunk), make([]byte, readChunk)
 	for _, r := range regions {
 		for off := r.Off; off < r.end(); {
 			n := int(min(readChunk, r.end()-off))
@@ -166,6 +176,13 @@ func wholeDisk(rdev uint64) bool {
 	}
 	_, err := os.Stat(dir + "/partition")
 	return errors.Is(err, fs.ErrNotExist)
+}
+
+// alignedBuffer returns n bytes starting at a page boundary (Go's heap does not move objects).
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+page)
+	skip := (page - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%page)) % page
+	return b[skip : skip+n]
 }
 
 func preadFull(fd int, b []byte, off int64) error {

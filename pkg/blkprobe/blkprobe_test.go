@@ -238,8 +238,8 @@ func TestNotBlank(t *testing.T) {
 }
 
 // TestBlankReadsEveryRegion: one non-zero byte at either edge of any region makes a device not blank, and
-// the device is blank again once the byte is zero: Blank reads what Regions names, through the page cache
-// that writes to the device go to.
+// the device is blank again once the byte is zero: Blank reads what Regions names, and its direct reads see
+// what was just written through the page cache (still dirty there: the device is held open meanwhile).
 func TestBlankReadsEveryRegion(t *testing.T) {
 	requireLoop(t)
 	const size = gib + 4*kib
@@ -263,15 +263,21 @@ func TestBlankReadsEveryRegion(t *testing.T) {
 	}
 }
 
-// TestRegions: the regions are sorted, disjoint, inside the device, and none below the envelope.
+// TestRegions: the regions are sorted, disjoint, inside the device, readable with direct I/O (whole pages, or
+// whole sectors up to the end), and none below the envelope.
 func TestRegions(t *testing.T) {
 	if r := Regions(minSize - 512); r != nil {
 		t.Errorf("Regions below %d = %v, want nil", minSize, r)
 	}
-	for _, size := range []int64{minSize, 64*mib + 512, gib, 1 << 40} {
+	for _, size := range []int64{minSize, 64*mib + 512, gib, gib + 3*512, 1 << 40} {
 		rs := Regions(size)
 		if len(rs) == 0 || rs[0].Off != 0 || rs[len(rs)-1].end() != size {
 			t.Errorf("Regions(%d) = %v: want the first and last bytes covered", size, rs)
+		}
+		for _, r := range rs {
+			if r.Off%page != 0 || r.Len%512 != 0 || r.end() != size && r.end()%page != 0 {
+				t.Errorf("Regions(%d): %v is not in whole pages", size, r)
+			}
 		}
 		for i := 1; i < len(rs); i++ {
 			if rs[i].Off <= rs[i-1].end() {
