@@ -2,8 +2,8 @@
 // and partition probing, as mount-utils runs it before formatting) would find nothing on it.
 //
 // blkid's probing is a deterministic function of the device's properties it asks the kernel for (size,
-// logical sector size, zone size, whether it is a floppy or a CD-ROM or device-mapper) and of the bytes it
-// reads. On a device of zeros every prober reads its fixed places, offsets from the start and from the end,
+// logical sector size, zone size, whether it is a floppy, a CD-ROM or a partition) and of the bytes it reads
+// (device-mapper's private devices it skips, finding nothing whatever they hold). On a device of zeros every prober reads its fixed places, offsets from the start and from the end,
 // finds no magic and gives up, so the set of bytes read is fixed. If those bytes are zero on a device with the
 // same properties, blkid's run on it reads exactly what it reads on a blank device, takes the same branches and
 // reports the same thing: nothing. So the device is blank. Regions returns a superset of that read set, with
@@ -65,7 +65,8 @@ func (r Region) end() int64 { return r.Off + r.Len }
 //     from the end), the MD 0.90 and 1.0 superblocks, DDF's anchor and the other firmware RAIDs' metadata,
 //     all within the last 512 KiB but Promise's deepest copy, 3087 sectors (1.51 MiB) below the end.
 //
-// Each byte read costs: this is a third of what the first and last 2 MiB would be.
+// Every read costs (about 0.2 ms per 128 KiB on a loop device): this is 1.8 MiB, under half of the first and
+// last 2 MiB.
 const window = 64 << 10
 
 // page is the alignment of the regions and of the read buffer: the largest logical sector size supported.
