@@ -18,6 +18,7 @@ need=(
 if [[ "${1:-test}" == test ]]; then
 	need+=(
 		fdisk:sfdisk             # node tests: a partition table the driver must refuse to format
+		strace:strace            # pkg/blkprobe: the bytes blkid reads of a blank device
 		awscli:/usr/bin/aws      # test/clients: AWS CLI v2
 		curl:curl                # test/clients, the kind script
 		mawk:awk                 # test/clients (Priority required, but not Essential)

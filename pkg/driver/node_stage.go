@@ -106,7 +106,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		return err
 	}
 
-	existing, err := n.mounter.GetDiskFormat(dev)
+	existing, err := n.diskFormat(dev)
 	if err != nil {
 		return fmt.Errorf("probe %s for a filesystem: %w", dev, err)
 	}

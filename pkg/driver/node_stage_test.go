@@ -122,8 +122,8 @@ func TestNodeFormatOptions(t *testing.T) {
 	}
 }
 
-// TestNodeRefusesForeignData: a device holding another filesystem or a partition table is neither formatted
-// nor mounted, and its bytes stay as they were.
+// TestNodeRefusesForeignData: a device holding another filesystem, a partition table or a RAID member's
+// superblock is neither formatted nor mounted, and its bytes stay as they were.
 func TestNodeRefusesForeignData(t *testing.T) {
 	t.Parallel()
 	mkfs := func(fs string) func(t *testing.T, file string) {
@@ -139,6 +139,18 @@ func TestNodeRefusesForeignData(t *testing.T) {
 		{"partition table staged as ext4", func(t *testing.T, file string) {
 			testutil.RequireTools(t, "sfdisk")
 			runIn(t, "label: gpt\n,16MiB\n", "sfdisk", "-q", file)
+		}, "ext4"},
+		// Only the device's end is written: the quick blank check must not take it for a blank device.
+		{"md superblock at the end staged as ext4", func(t *testing.T, file string) {
+			f, err := os.OpenFile(file, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// MD 0.90: magic a92b4efc, version 0.90, in the last 64 KiB-aligned 64 KiB.
+			_, err = f.WriteAt([]byte{0xfc, 0x4e, 0x2b, 0xa9, 0, 0, 0, 0, 90, 0, 0, 0}, xfsSize&^(64<<10-1)-64<<10)
+			if err := errors.Join(err, f.Close()); err != nil {
+				t.Fatal(err)
+			}
 		}, "ext4"},
 	}
 	for _, tc := range tests {

@@ -22,12 +22,15 @@ type nodeResult struct {
 	SizeGiB int    `json:"sizeGiB"`
 	Runs    int    `json:"runs"`
 	// RawCommand is what was run by hand: the driver's mkfs and mount.
-	RawCommand    string    `json:"rawCommand"`
-	RawMedianMS   float64   `json:"rawMedianMs"`
-	StageMedianMS float64   `json:"stageMedianMs"`
-	Ratio         float64   `json:"ratio"`
-	RawMS         []float64 `json:"rawMs"`
-	StageMS       []float64 `json:"stageMs"`
+	RawCommand    string  `json:"rawCommand"`
+	RawMedianMS   float64 `json:"rawMedianMs"`
+	StageMedianMS float64 `json:"stageMedianMs"`
+	Ratio         float64 `json:"ratio"`
+	// PairRatio is the median over the pairs of one hand run and one stage run next to each other of their
+	// ratio: steadier than Ratio on a machine whose load drifts between the pairs.
+	PairRatio float64   `json:"pairRatio"`
+	RawMS     []float64 `json:"rawMs"`
+	StageMS   []float64 `json:"stageMs"`
 }
 
 type nodeBench struct {
@@ -140,6 +143,12 @@ func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs in
 	}
 	r.RawMedianMS, r.StageMedianMS = median(r.RawMS), median(r.StageMS)
 	r.Ratio = round(r.StageMedianMS / r.RawMedianMS)
+	// Runs 2k and 2k+1 are one of each kind.
+	pairs := make([]float64, len(r.RawMS))
+	for i := range pairs {
+		pairs[i] = r.StageMS[i] / r.RawMS[i]
+	}
+	r.PairRatio = round(median(pairs))
 	return r, nil
 }
 
