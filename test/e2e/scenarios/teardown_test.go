@@ -17,21 +17,7 @@ import (
 // namespace, and on the host no mount below pods/ or plugins/kubernetes.io/csi/ and no loop device on a volume file
 // or on a kubelet path. Then the namespace goes.
 func scenarioTeardown(t *testing.T, r *run) {
-	pods := r.cs.CoreV1().Pods(r.ns)
-	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatalf("delete pods: %v", err)
-	}
-	waitGone(t, "pods", func(ctx context.Context) ([]string, error) {
-		list, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		var left []string
-		for _, p := range list.Items {
-			left = append(left, p.Name+": "+podStatus(&p))
-		}
-		return left, nil
-	})
+	r.deletePodsAndWait(t, "pods", metav1.ListOptions{})
 
 	snaps := r.dyn.Resource(volumeSnapshots).Namespace(r.ns)
 	if r.noSnapshots == "" {

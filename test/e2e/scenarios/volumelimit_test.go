@@ -282,20 +282,7 @@ func (s *limitScenario) teardown(t *testing.T) {
 	t.Helper()
 	r, ctx, sel := s.r, t.Context(), metav1.ListOptions{LabelSelector: s.selector()}
 	start := time.Now()
-	if err := r.cs.CoreV1().Pods(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		t.Fatalf("delete pods: %v", err)
-	}
-	waitGone(t, "the scenario's pods", func(ctx context.Context) ([]string, error) {
-		list, err := r.cs.CoreV1().Pods(r.ns).List(ctx, sel)
-		if err != nil {
-			return nil, err
-		}
-		var left []string
-		for _, p := range list.Items {
-			left = append(left, p.Name+": "+podStatus(&p))
-		}
-		return left, nil
-	})
+	r.deletePodsAndWait(t, "the scenario's pods", sel)
 	if err := r.cs.CoreV1().PersistentVolumeClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
 		t.Fatalf("delete PVCs: %v", err)
 	}

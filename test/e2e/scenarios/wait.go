@@ -152,6 +152,26 @@ func (r *run) deletePod(t testing.TB, name string) {
 	})
 }
 
+// deletePodsAndWait deletes the namespace's pods that sel selects and waits until they are gone.
+func (r *run) deletePodsAndWait(t testing.TB, what string, sel metav1.ListOptions) {
+	t.Helper()
+	pods := r.cs.CoreV1().Pods(r.ns)
+	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, sel); err != nil {
+		t.Fatalf("delete %s: %v", what, err)
+	}
+	waitGone(t, what, func(ctx context.Context) ([]string, error) {
+		list, err := pods.List(ctx, sel)
+		if err != nil {
+			return nil, err
+		}
+		var left []string
+		for _, p := range list.Items {
+			left = append(left, p.Name+": "+podStatus(&p))
+		}
+		return left, nil
+	})
+}
+
 // volumeAttachment finds the driver's VolumeAttachment of pv to node, if any.
 func (r *run) volumeAttachment(ctx context.Context, pv, node string) (*storagev1.VolumeAttachment, error) {
 	vas, err := r.nodeAttachments(ctx, node)
