@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -197,8 +198,14 @@ func (r *run) volumesInUse(ctx context.Context, nodeName string) (int, error) {
 				continue
 			}
 			c, err := r.cs.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
-			if err != nil || c.Spec.VolumeName == "" {
-				continue // not yet bound: not on the node yet
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			if c.Spec.VolumeName == "" {
+				continue // not bound yet: not on the node yet
 			}
 			pv, err := r.cs.CoreV1().PersistentVolumes().Get(ctx, c.Spec.VolumeName, metav1.GetOptions{})
 			if err != nil {
@@ -290,8 +297,12 @@ func (s *limitScenario) teardown(t *testing.T) {
 	waitGone(t, "the scenario's PVs and VolumeAttachments", func(ctx context.Context) ([]string, error) {
 		var left []string
 		for _, pv := range s.pvs {
-			if _, err := r.cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{}); err == nil {
+			_, err := r.cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+			switch {
+			case err == nil:
 				left = append(left, "PV "+pv)
+			case !apierrors.IsNotFound(err):
+				return nil, err
 			}
 		}
 		vas, err := r.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
