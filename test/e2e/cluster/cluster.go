@@ -190,7 +190,7 @@ func (c *Cluster) Stop() {
 		}
 	}
 	if c.host != nil {
-		c.host.restore(c.logf)
+		c.host.restore(c.info.WorkDir, c.logf)
 	}
 	if c.opts.KeepWorkDir {
 		c.logf("work dir kept: %s", c.info.WorkDir)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,24 +68,27 @@ func captureHost() (*hostState, error) {
 	return h, nil
 }
 
-// restore releases the run's loop devices, kills what is left in the run's cgroups and removes them, puts the
-// sysctls back and removes the host directories the run created.
-func (h *hostState) restore(logf func(string, ...any)) {
+// restore releases the run's loop devices (backed by files below workDir), kills what is left in the run's
+// cgroups and removes them, puts the sysctls back and removes the host directories the run created.
+func (h *hostState) restore(workDir string, logf func(string, ...any)) {
 	devs, err := loopdev.Sysfs{}.List()
 	if err != nil {
 		logf("teardown: list loop devices: %v", err)
 	}
+	var files map[fileID]bool
 	for _, d := range devs {
 		if before, ok := h.loops[d.Name]; ok && before == d.Backing {
 			continue
 		}
-		for _, p := range loopPrefixes {
-			if strings.HasPrefix(d.Backing, p) {
-				logf("teardown: releasing %s (%s)", d.Path(), d.Backing)
-				if err := releaseLoop(d.Path()); err != nil {
-					logf("teardown: %v", err)
-				}
-			}
+		if files == nil {
+			files = filesBelow(workDir)
+		}
+		ours := slices.ContainsFunc(loopPrefixes, func(p string) bool { return strings.HasPrefix(d.Backing, p) })
+		released, err := releaseLoop(d.Path(), func(id fileID) bool { return ours || files[id] })
+		if err != nil {
+			logf("teardown: %v", err)
+		} else if released {
+			logf("teardown: released %s (%s)", d.Path(), d.Backing)
 		}
 	}
 	for _, cg := range h.cgroups {
@@ -101,16 +106,49 @@ func (h *hostState) restore(logf func(string, ...any)) {
 	}
 }
 
-func releaseLoop(dev string) error {
+// fileID is a file's device and inode numbers, as stat(2) and LOOP_GET_STATUS64 report them.
+type fileID struct{ dev, ino uint64 }
+
+// filesBelow lists the regular files below dir. A loop device backed by one of them is the run's even when its
+// backing path no longer says so: once the mount namespace of the pod that bound it is gone, the kernel reports
+// the path within the detached mount ("/volumes/vol-….img"), not the node's /var/lib/fakecloud/….
+func filesBelow(dir string) map[fileID]bool {
+	ids := map[fileID]bool{}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil {
+			ids[fileID{st.Dev, st.Ino}] = true
+		}
+		return nil
+	})
+	return ids
+}
+
+// releaseLoop detaches the loop device dev if its backing file is one that ours accepts: the file is read
+// through the open device, so that it cannot change between the check and the release.
+func releaseLoop(dev string, ours func(fileID) bool) (bool, error) {
 	f, err := os.Open(dev)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("release %s: %w", dev, err)
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	if errors.Is(err, unix.ENXIO) {
+		return false, nil // not bound (any more)
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("status of %s: %w", dev, err)
+	}
+	if !ours(fileID{info.Device, info.Inode}) {
+		return false, nil
+	}
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+		return false, fmt.Errorf("release %s: %w", dev, err)
+	}
+	return true, nil
 }
 
 // removeCgroupTree kills the processes left in the cgroups below dir and removes them, deepest first.

@@ -220,7 +220,7 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeInfo, i int, runc stri
 	return n, nil
 }
 
-// importImages loads every image tarball of make image into the node's containerd.
+// importImages loads every image tarball of make image into the node's containerd, and names the aliases.
 func (c *Cluster) importImages(ctx context.Context, n *node) error {
 	tars, err := filepath.Glob(filepath.Join(c.opts.ImagesDir, "*.tar"))
 	if err != nil || len(tars) == 0 {
@@ -233,7 +233,14 @@ func (c *Cluster) importImages(ctx context.Context, n *node) error {
 			return fmt.Errorf("ctr images import %s: %w: %s", filepath.Base(t), err, out)
 		}
 	}
-	c.logf("%s: imported %d images in %s", n.info.Name, len(tars), time.Since(start).Round(time.Millisecond))
+	for alias, image := range imageAliases {
+		cmd := exec.CommandContext(ctx, c.bin("ctr"), "--address", n.socket, "-n", "k8s.io", "images", "tag", "--force", image, alias)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("ctr images tag %s %s: %w: %s", image, alias, err, out)
+		}
+	}
+	c.logf("%s: imported %d images (and %d aliases) in %s", n.info.Name, len(tars), len(imageAliases),
+		time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

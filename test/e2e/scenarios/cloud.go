@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +100,34 @@ func (v cloudVolume) String() string {
 }
 
 func (c *cloudClient) volumes(ctx context.Context) ([]cloudVolume, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/admin/volumes", nil)
+	var vols []cloudVolume
+	return vols, c.getJSON(ctx, "/admin/volumes", &vols)
+}
+
+// cloudInstance is one instance of GET /admin/instances.
+type cloudInstance struct {
+	ID              string `json:"id"`
+	Zone            string `json:"zone"`
+	InstanceType    string `json:"instanceType"`
+	AttachmentLimit int    `json:"attachmentLimit"`
+}
+
+func (c *cloudClient) instance(ctx context.Context, id string) (cloudInstance, error) {
+	var insts []cloudInstance
+	if err := c.getJSON(ctx, "/admin/instances", &insts); err != nil {
+		return cloudInstance{}, err
+	}
+	for _, i := range insts {
+		if i.ID == id {
+			return i, nil
+		}
+	}
+	return cloudInstance{}, fmt.Errorf("no instance %s in /admin/instances", id)
+}
+
+// get GETs path with the admin token, if any, and returns the body of a 200 reply.
+func (c *cloudClient) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -115,13 +144,48 @@ func (c *cloudClient) volumes(ctx context.Context) ([]cloudVolume, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /admin/volumes: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var vols []cloudVolume
-	if err := json.Unmarshal(body, &vols); err != nil {
-		return nil, fmt.Errorf("GET /admin/volumes: %w", err)
+	return body, nil
+}
+
+func (c *cloudClient) getJSON(ctx context.Context, path string, out any) error {
+	body, err := c.get(ctx, path)
+	if err != nil {
+		return err
 	}
-	return vols, nil
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return nil
+}
+
+// requestCount is how many EC2 requests of action fakecloud answered with code (an EC2 error code, or "Success"),
+// from its /metrics counter diskforge_fakecloud_requests_total.
+func (c *cloudClient) requestCount(ctx context.Context, action, code string) (float64, error) {
+	body, err := c.get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	const metric = "diskforge_fakecloud_requests_total{"
+	var total float64
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok || !slices.Contains(strings.Split(labels, ","), fmt.Sprintf("action=%q", action)) ||
+			!slices.Contains(strings.Split(labels, ","), fmt.Sprintf("code=%q", code)) {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("/metrics: %q: %w", line, err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 func (c *cloudClient) volume(ctx context.Context, id string) (cloudVolume, bool, error) {

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// TestE2E runs the scenarios of issue #5 in order, in one namespace: 1, 3 and 4 share scenario 1's volume; 7
-// deletes everything and checks that the cluster, the cloud and the host are left clean. A scenario whose
+// TestE2E runs the scenarios of issue #5 in order, in one namespace: 1, 3 and 4 share scenario 1's volume; 8 fills
+// a node to its volume limit beside the volumes the others left and deletes what it made; 7 deletes everything
+// and checks that the cluster, the cloud and the host are left clean. A scenario whose
 // prerequisite failed or was not run (-run) skips.
 func TestE2E(t *testing.T) {
 	start := time.Now()
@@ -23,5 +24,6 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S4b_clone", scenarioClone)
 	r.scenario(t, "S5_block", scenarioBlock)
 	r.scenario(t, "S6_allowed_topologies", scenarioAllowedTopologies)
+	r.scenario(t, "S8_volume_limit", scenarioVolumeLimit)
 	r.scenario(t, "S7_teardown", scenarioTeardown)
 }

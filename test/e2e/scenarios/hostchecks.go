@@ -221,3 +221,26 @@ func realPath(p string) string {
 	}
 	return p
 }
+
+// waitHostReleased waits until no mount of a CSI volume (below the nodes' kubelet directories) and no loop device
+// (on fakecloud's volume files or kubelet's paths) that keep matches is left.
+func (r *run) waitHostReleased(t testing.TB, keep func(string) bool) {
+	t.Helper()
+	waitGone(t, "mounts", func(context.Context) ([]string, error) {
+		ms, err := leftoverMounts(r.nodes, keep)
+		var left []string
+		for _, m := range ms {
+			left = append(left, m.String())
+		}
+		return left, err
+	})
+	dirs := append([]string{env.cloudVolumesDir}, env.scope...)
+	waitGone(t, "loop devices", func(context.Context) ([]string, error) {
+		loops, err := leftoverLoops(dirs, keep)
+		var left []string
+		for _, l := range loops {
+			left = append(left, l.Name+" -> "+l.Backing)
+		}
+		return left, err
+	})
+}

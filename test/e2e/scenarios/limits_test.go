@@ -3,6 +3,7 @@
 package scenarios
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,19 +27,30 @@ func scenarioVolumeLimits(t *testing.T, r *run) {
 		if !ok {
 			info, _ = instancetypes.Lookup(instancetypes.Default)
 		}
-		csiNode, err := r.cs.StorageV1().CSINodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		count, ok, err := r.volumeLimit(t.Context(), n.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range csiNode.Spec.Drivers {
-			if d.Name != driverName {
-				continue
-			}
-			if d.Allocatable == nil || d.Allocatable.Count == nil || int(*d.Allocatable.Count) != info.VolumeLimit() {
-				t.Errorf("node %s (%q): CSINode allocatable %v, want %d (%s)", n.Name, typ, d.Allocatable, info.VolumeLimit(), info.Name)
-				continue
-			}
-			t.Logf("node %s (%s): %d volumes, as its instance type allows", n.Name, info.Name, *d.Allocatable.Count)
+		if !ok || count != info.VolumeLimit() {
+			t.Errorf("node %s (%q): CSINode allocatable count %d (reported: %v), want %d (%s)", n.Name, typ, count, ok,
+				info.VolumeLimit(), info.Name)
+			continue
+		}
+		t.Logf("node %s (%s): %d volumes, as its instance type allows", n.Name, info.Name, count)
+	}
+}
+
+// volumeLimit is the driver's allocatable volume count in the node's CSINode, the limit the scheduler keeps to;
+// ok is false if the driver reports none there.
+func (r *run) volumeLimit(ctx context.Context, nodeName string) (count int, ok bool, err error) {
+	csiNode, err := r.cs.StorageV1().CSINodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == driverName && d.Allocatable != nil && d.Allocatable.Count != nil {
+			return int(*d.Allocatable.Count), true, nil
 		}
 	}
+	return 0, false, nil
 }

@@ -192,6 +192,7 @@ func installStopHandlers() {
 	bail := func(why string, code int) {
 		logf("%s: cleaning up", why)
 		abortActiveRun()
+		stopExternal()
 		local.stop()
 		printSummary()
 		os.Exit(code)

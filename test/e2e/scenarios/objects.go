@@ -3,6 +3,8 @@
 package scenarios
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -99,25 +101,65 @@ func clonePVC(name, runID, class string, size int64, source string) *corev1.Pers
 // block, as the device /dev/xvdz. It is pinned with a nodeSelector on the node's hostname label, not nodeName:
 // WaitForFirstConsumer needs the scheduler to choose the node, so that the provisioner learns it.
 func pod(name, runID, hostname, claim, image string, block bool) *corev1.Pod {
+	p := appPod(name, runID, image, block, claim)
+	p.Spec.NodeSelector = map[string]string{hostnameLabel: hostname}
+	return p
+}
+
+// appPod runs one busybox container ("app") using claims, on whatever node the scheduler picks: one claim is
+// mounted at /data or, for block, is the device /dev/xvdz; more are /data<i> or /dev/xvd<i> (i from 0).
+func appPod(name, runID, image string, block bool, claims ...string) *corev1.Pod {
 	grace := int64(1)
 	c := corev1.Container{Name: "app", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 		Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"}}
-	if block {
-		c.VolumeDevices = []corev1.VolumeDevice{{Name: "vol", DevicePath: blockDevicePath}}
-	} else {
-		c.VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: "/data"}}
+	var vols []corev1.Volume
+	for i, claim := range claims {
+		vol, dir, dev := "vol", dataDir, blockDevicePath
+		if len(claims) > 1 {
+			vol, dir, dev = fmt.Sprintf("vol%d", i), fmt.Sprintf("%s%d", dataDir, i), fmt.Sprintf("/dev/xvd%d", i)
+		}
+		if block {
+			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: vol, DevicePath: dev})
+		} else {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: dir})
+		}
+		vols = append(vols, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+		}})
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{hostnameLabel: hostname},
 			Containers:                    []corev1.Container{c},
 			TerminationGracePeriodSeconds: &grace,
-			Volumes: []corev1.Volume{{Name: "vol", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
-			}}},
+			Volumes:                       vols,
 		},
 	}
+}
+
+// hostnameTerm selects the node with the hostname label.
+func hostnameTerm(hostname string) corev1.NodeSelectorTerm {
+	return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: hostnameLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{hostname}},
+	}}
+}
+
+// requireNode is a node affinity the scheduler must honour: the node with hostname only.
+func requireNode(hostname string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{hostnameTerm(hostname)},
+		},
+	}}
+}
+
+// preferNode is a node affinity the scheduler weighs: the node with hostname if it fits, another otherwise.
+func preferNode(hostname string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+			{Weight: 100, Preference: hostnameTerm(hostname)},
+		},
+	}}
 }
 
 // volumeSnapshotClass is the driver's snapshot class, deletion policy Delete.

@@ -17,21 +17,7 @@ import (
 // namespace, and on the host no mount below pods/ or plugins/kubernetes.io/csi/ and no loop device on a volume file
 // or on a kubelet path. Then the namespace goes.
 func scenarioTeardown(t *testing.T, r *run) {
-	pods := r.cs.CoreV1().Pods(r.ns)
-	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatalf("delete pods: %v", err)
-	}
-	waitFor(t, "pods gone", func(ctx context.Context) (bool, string, error) {
-		list, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		var left []string
-		for _, p := range list.Items {
-			left = append(left, p.Name+": "+podStatus(&p))
-		}
-		return len(left) == 0, fmt.Sprint(left), nil
-	})
+	r.deletePodsAndWait(t, "pods", metav1.ListOptions{})
 
 	snaps := r.dyn.Resource(volumeSnapshots).Namespace(r.ns)
 	if r.noSnapshots == "" {
@@ -39,13 +25,13 @@ func scenarioTeardown(t *testing.T, r *run) {
 			t.Fatalf("delete VolumeSnapshots: %v", err)
 		}
 	}
-	waitFor(t, "VolumeSnapshots and their contents gone", func(ctx context.Context) (bool, string, error) {
+	waitGone(t, "VolumeSnapshots and their contents", func(ctx context.Context) ([]string, error) {
 		if r.noSnapshots != "" {
-			return true, "snapshots not served", nil
+			return nil, nil
 		}
 		list, err := snaps.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, "", err
+			return nil, err
 		}
 		var left []string
 		for _, vs := range list.Items {
@@ -53,59 +39,59 @@ func scenarioTeardown(t *testing.T, r *run) {
 		}
 		contents, err := r.dyn.Resource(snapshotContent).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, "", err
+			return nil, err
 		}
 		for _, c := range contents.Items {
 			if ns, _, _ := unstructured.NestedString(c.Object, "spec", "volumeSnapshotRef", "namespace"); ns == r.ns {
 				left = append(left, "content "+c.GetName())
 			}
 		}
-		return len(left) == 0, fmt.Sprint(left), nil
+		return left, nil
 	})
 
 	claims := r.cs.CoreV1().PersistentVolumeClaims(r.ns)
 	if err := claims.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatalf("delete PVCs: %v", err)
 	}
-	waitFor(t, "PVCs gone", func(ctx context.Context) (bool, string, error) {
+	waitGone(t, "PVCs", func(ctx context.Context) ([]string, error) {
 		list, err := claims.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, "", err
+			return nil, err
 		}
 		var left []string
 		for _, c := range list.Items {
 			left = append(left, c.Name)
 		}
-		return len(left) == 0, fmt.Sprint(left), nil
+		return left, nil
 	})
-	waitFor(t, "PVs gone", func(ctx context.Context) (bool, string, error) {
+	waitGone(t, "PVs", func(ctx context.Context) ([]string, error) {
 		pvs, err := r.runPVs(ctx)
 		if err != nil {
-			return false, "", err
+			return nil, err
 		}
 		var left []string
 		for _, pv := range pvs {
 			left = append(left, fmt.Sprintf("%s (%s)", pv.Name, pv.Status.Phase))
 		}
-		return len(left) == 0, fmt.Sprint(left), nil
+		return left, nil
 	})
-	waitFor(t, "VolumeAttachments gone", func(ctx context.Context) (bool, string, error) {
+	waitGone(t, "VolumeAttachments", func(ctx context.Context) ([]string, error) {
 		vas, err := r.runAttachments(ctx)
 		if err != nil {
-			return false, "", err
+			return nil, err
 		}
 		var left []string
 		for _, va := range vas {
 			left = append(left, vaStatus(&va))
 		}
-		return len(left) == 0, fmt.Sprint(left), nil
+		return left, nil
 	})
 
 	if r.cloud != nil {
-		waitFor(t, "cloud volumes gone", func(ctx context.Context) (bool, string, error) {
+		waitGone(t, "cloud volumes", func(ctx context.Context) ([]string, error) {
 			vols, err := r.cloud.volumes(ctx)
 			if err != nil {
-				return false, "", err
+				return nil, err
 			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -115,7 +101,7 @@ func scenarioTeardown(t *testing.T, r *run) {
 					left = append(left, v.String())
 				}
 			}
-			return len(left) == 0, fmt.Sprint(left), nil
+			return left, nil
 		})
 		waitFor(t, "cloud snapshots gone", func(ctx context.Context) (bool, string, error) {
 			snaps, err := r.cloud.snapshotsTagged(ctx, tagSnapshotNamespace, r.ns)
@@ -127,19 +113,7 @@ func scenarioTeardown(t *testing.T, r *run) {
 	}
 
 	if r.host {
-		waitFor(t, "no mount of the run left", func(context.Context) (bool, string, error) {
-			ms, err := leftoverMounts(r.nodes, r.ours)
-			return len(ms) == 0, fmt.Sprint(ms), err
-		})
-		dirs := append([]string{env.cloudVolumesDir}, env.scope...)
-		waitFor(t, "no loop device of the run left", func(context.Context) (bool, string, error) {
-			loops, err := leftoverLoops(dirs, r.ours)
-			var left []string
-			for _, l := range loops {
-				left = append(left, l.Name+" -> "+l.Backing)
-			}
-			return len(left) == 0, fmt.Sprint(left), err
-		})
+		r.waitHostReleased(t, r.ours)
 	}
 
 	if err := r.cs.CoreV1().Namespaces().Delete(t.Context(), r.ns, metav1.DeleteOptions{}); err != nil {

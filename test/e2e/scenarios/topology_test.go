@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 )
 
 // scenarioAllowedTopologies: a claim of a class allowed in zone a only, for a pod forced to the zone-b node: the
@@ -29,23 +28,7 @@ func scenarioAllowedTopologies(t *testing.T, r *run) {
 	}
 	r.notePod(p.UID)
 
-	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": podName}.String()
-	var message string
-	waitWithin(t, "FailedScheduling event of pod "+podName, 30*time.Second, func(ctx context.Context) (bool, string, error) {
-		evs, err := r.cs.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return false, "", err
-		}
-		var seen []string
-		for _, e := range evs.Items {
-			seen = append(seen, e.Reason)
-			if e.Reason == "FailedScheduling" {
-				message = e.Message
-				return true, e.Message, nil
-			}
-		}
-		return false, fmt.Sprintf("events: %v", seen), nil
-	})
+	message := r.waitFailedScheduling(t, podName)
 	if !strings.Contains(strings.ToLower(message), "volume") {
 		t.Errorf("FailedScheduling does not blame the volume: %q", message)
 	}

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -86,10 +87,14 @@ func (r *run) waitPVCBound(t testing.TB, claim string) (*corev1.PersistentVolume
 // waitPodRunning waits for the pod to run; a pod that ended cannot get there.
 func (r *run) waitPodRunning(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
-	var p *corev1.Pod
-	waitFor(t, "pod "+name+" running", func(ctx context.Context) (bool, string, error) {
-		var err error
-		p, err = r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	waitFor(t, "pod "+name+" running", r.podRunning(name))
+	return r.getPod(t, name)
+}
+
+// podRunning holds once the pod runs, and fails for good once it ended.
+func (r *run) podRunning(name string) condition {
+	return func(ctx context.Context) (bool, string, error) {
+		p, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -98,7 +103,15 @@ func (r *run) waitPodRunning(t testing.TB, name string) *corev1.Pod {
 			return false, status, permanent("pod %s ended: %s", name, status)
 		}
 		return p.Status.Phase == corev1.PodRunning, status, nil
-	})
+	}
+}
+
+func (r *run) getPod(t testing.TB, name string) *corev1.Pod {
+	t.Helper()
+	p, err := r.cs.CoreV1().Pods(r.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s: %v", name, err)
+	}
 	return p
 }
 
@@ -139,19 +152,53 @@ func (r *run) deletePod(t testing.TB, name string) {
 	})
 }
 
+// deletePodsAndWait deletes the namespace's pods that sel selects and waits until they are gone.
+func (r *run) deletePodsAndWait(t testing.TB, what string, sel metav1.ListOptions) {
+	t.Helper()
+	pods := r.cs.CoreV1().Pods(r.ns)
+	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{}, sel); err != nil {
+		t.Fatalf("delete %s: %v", what, err)
+	}
+	waitGone(t, what, func(ctx context.Context) ([]string, error) {
+		list, err := pods.List(ctx, sel)
+		if err != nil {
+			return nil, err
+		}
+		var left []string
+		for _, p := range list.Items {
+			left = append(left, p.Name+": "+podStatus(&p))
+		}
+		return left, nil
+	})
+}
+
 // volumeAttachment finds the driver's VolumeAttachment of pv to node, if any.
 func (r *run) volumeAttachment(ctx context.Context, pv, node string) (*storagev1.VolumeAttachment, error) {
+	vas, err := r.nodeAttachments(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	for i, va := range vas {
+		if *va.Spec.Source.PersistentVolumeName == pv {
+			return &vas[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// nodeAttachments are the driver's VolumeAttachments of PVs to node, deleted ones included.
+func (r *run) nodeAttachments(ctx context.Context, node string) ([]storagev1.VolumeAttachment, error) {
 	list, err := r.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	for i, va := range list.Items {
-		src := va.Spec.Source.PersistentVolumeName
-		if va.Spec.Attacher == driverName && src != nil && *src == pv && va.Spec.NodeName == node {
-			return &list.Items[i], nil
+	var out []storagev1.VolumeAttachment
+	for _, va := range list.Items {
+		if va.Spec.Attacher == driverName && va.Spec.Source.PersistentVolumeName != nil && va.Spec.NodeName == node {
+			out = append(out, va)
 		}
 	}
-	return nil, nil
+	return out, nil
 }
 
 func vaStatus(va *storagev1.VolumeAttachment) string {
@@ -223,6 +270,38 @@ func snapshotStatus(vs *unstructured.Unstructured) string {
 		s += " error: " + msg
 	}
 	return s
+}
+
+// waitFailedScheduling waits for the scheduler's FailedScheduling event of a pod and returns its message.
+func (r *run) waitFailedScheduling(t testing.TB, podName string) string {
+	t.Helper()
+	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": podName}.String()
+	var message string
+	waitWithin(t, "FailedScheduling event of pod "+podName, 30*time.Second, func(ctx context.Context) (bool, string, error) {
+		evs, err := r.cs.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return false, "", err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			seen = append(seen, e.Reason)
+			if e.Reason == "FailedScheduling" {
+				message = e.Message
+				return true, e.Message, nil
+			}
+		}
+		return false, fmt.Sprintf("events: %v", seen), nil
+	})
+	return message
+}
+
+// waitGone waits until list returns nothing: what it returns is what is left.
+func waitGone(t testing.TB, what string, list func(ctx context.Context) ([]string, error)) {
+	t.Helper()
+	waitFor(t, what+" gone", func(ctx context.Context) (bool, string, error) {
+		left, err := list(ctx)
+		return err == nil && len(left) == 0, fmt.Sprint(left), err
+	})
 }
 
 // consistently checks cond for the whole duration and fails the test the first time it does not hold.
