@@ -36,7 +36,7 @@ test-clients:
 
 # Real Kubernetes v1.36.3 on this host: the control plane as local processes, three kubelets on containerd v2 with
 # Debian's runc, and the kind overlay applied as pods of the images make image builds; then the scenarios (S0-S8)
-# and a focused subset of Kubernetes' external storage suite (e2e.test: 13 specs, ciSpecs in
+# and a focused subset of Kubernetes' external storage suite (e2e.test: 14 specs, ciSpecs in
 # test/e2e/scenarios/external_test.go, about 6 minutes). The binaries are built once into .cache/e2e-bin.
 # E2E_EXTERNAL=false leaves the external suite out; make e2e-conformance runs all of it.
 E2E_EXTERNAL ?= true

@@ -37,6 +37,7 @@ var ciSpecs = []string{
 	`\[Testpattern: Dynamic PV \(filesystem volmode\)\] volumeLimits should verify that all csinodes have volume limits`,
 	`\[Testpattern: Dynamic PV \(block volmode\)\] multiVolume \[Slow\] should access to two volumes with different volume mode and retain data across pod recreation on different node`,
 	`\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on the same node`,
+	`\[Testpattern: Dynamic PV \(block volmode\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on the same node`,
 	`\[Testpattern: Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\)\[LinuxOnly\], pod created with an initial fsgroup, new pod fsgroup applied to volume contents`,
 }
 

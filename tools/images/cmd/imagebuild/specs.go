@@ -101,9 +101,10 @@ func imageSpecs(o options) ([]imageSpec, error) {
 		// The e2e suite's busybox, and the image of the scenarios' application pods.
 		imageSpec{ref: E2ERegistry + "/busybox:1.37.0-1", entrypoint: []string{"/bin/sh"}, busybox: true},
 		// The storage suites' multiVolume pods write block devices with GNU dd (oflag=nocache, which BusyBox's
-		// dd lacks): Debian's coreutils over busybox for the rest.
-		imageSpec{ref: E2ERegistry + "/glibc-dns-testing:2.0.0", entrypoint: []string{"/bin/sh"}, debs: []string{"coreutils"},
-			busybox: true},
+		// dd lacks): Debian's coreutils, under dash as /bin/sh (BusyBox's sh would run its own dd applet
+		// whatever PATH says), busybox for the rest.
+		imageSpec{ref: E2ERegistry + "/glibc-dns-testing:2.0.0", entrypoint: []string{"/bin/sh"},
+			debs: []string{"dash", "coreutils"}, busybox: true},
 		// agnhost from k8s.io/kubernetes' test/images, on busybox as upstream's image is on a shell base.
 		imageSpec{ref: E2ERegistry + "/agnhost:2.63.0", entrypoint: []string{"/agnhost"},
 			files: []hostFile{{e2e("agnhost"), "/agnhost"}}, busybox: true},
