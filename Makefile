@@ -46,11 +46,16 @@ e2e: image
 			-args -external=$(E2E_EXTERNAL)
 
 # Kubernetes' external storage suite, all of it but its disruptive specs (which restart kubelets over SSH), on a
-# fresh cluster; E2E_CONFORMANCE_TIMEOUT bounds the suite (ginkgo then interrupts it and reports what ran).
+# fresh cluster; E2E_CONFORMANCE_TIMEOUT bounds the suite (ginkgo then interrupts it and reports what ran), and
+# E2E_CONFORMANCE_FOCUS (a ginkgo regexp) narrows it. The images include hello-populator, for the populator spec.
 E2E_CONFORMANCE_TIMEOUT ?= 3h
-e2e-conformance: image
+E2E_CONFORMANCE_FOCUS ?= .
+e2e-conformance:
+	hack/build-e2e-tools.sh populator
+	$(MAKE) image
 	cd test/e2e && $(GO) test -tags e2e -count=1 -v -timeout 4h ./scenarios/ -run TestExternalStorage \
-		-args -external-focus=. -external-skip='\[Disruptive\]' -external-timeout=$(E2E_CONFORMANCE_TIMEOUT)
+		-args -external-focus='$(E2E_CONFORMANCE_FOCUS)' -external-skip='\[Disruptive\]' \
+		-external-timeout=$(E2E_CONFORMANCE_TIMEOUT)
 
 e2e-tools:
 	hack/build-e2e-tools.sh

@@ -12,6 +12,8 @@
 #   tools/cni       the CNI plugins bridge, host-local, loopback in cni/
 #   tools/kube      (module e2etest) e2e.test: Kubernetes' e2e with the external
 #                   storage suites (tools/kube/e2e), and agnhost (test/images)
+#   tools/populator hello-populator (github.com/kubernetes-csi/lib-volume-populator),
+#                   only when named: make e2e-conformance asks for it
 #
 # Versions are pinned only in each module's go.mod/go.sum; the version strings
 # stamped into the binaries are read from there. A module is rebuilt only when
@@ -19,7 +21,8 @@
 # command line, `go version` and the relevant `go env`. Rebuilds reuse the Go
 # build cache, so only the link step reruns after a flag-only change.
 #
-# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars|containerd|cni|e2etest|helm ...]   (default: all)
+# Usage: hack/build-e2e-tools.sh [kube|etcd|sidecars|containerd|cni|e2etest|helm|populator ...]
+#        (default: all but populator)
 # Env:   E2E_BIN_DIR  output dir (default <repo>/.cache/e2e-bin)
 #        E2E_FORCE=1  rebuild even if the stamp matches
 #        E2E_NICE     nice level for the go commands (default 10)
@@ -29,7 +32,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${E2E_BIN_DIR:-${ROOT}/.cache/e2e-bin}
 FORCE=${E2E_FORCE:-0}
 NICE=(nice -n "${E2E_NICE:-10}")
-ALL_MODULES=(kube etcd sidecars containerd cni e2etest helm)
+DEFAULT_MODULES=(kube etcd sidecars containerd cni e2etest helm)
+ALL_MODULES=("${DEFAULT_MODULES[@]}" populator)
 
 log() { printf '[build-e2e-tools] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -178,6 +182,18 @@ plan_e2etest() {
   EXTRA=() POST=''
 }
 
+# populator builds the volume populator example that the storage suite's "any
+# volume data source" spec deploys (as registry.k8s.io/sig-storage/hello-populator,
+# which imagebuild names under the harness's sigStorageRegistry).
+plan_populator() {
+  DIR=${ROOT}/tools/populator
+  local mod=github.com/kubernetes-csi/lib-volume-populator
+  BINS=(hello-populator)
+  BUILD=("$(join_args build -ldflags="-X main.version=$(mod_version "${DIR}" "${mod}")" \
+    -o "${OUT}/hello-populator" "${mod}/example/hello-populator")")
+  EXTRA=() POST=''
+}
+
 # copy_snapshot_crds copies the VolumeSnapshot and VolumeGroupSnapshot CRDs of
 # the pinned external-snapshotter client module into ${OUT}/crds/.
 copy_snapshot_crds() {
@@ -250,7 +266,7 @@ main() {
   local m t0
   local -a modules=("$@")
   command -v go >/dev/null || die "go not found in PATH"
-  [[ ${#modules[@]} -gt 0 ]] || modules=("${ALL_MODULES[@]}")
+  [[ ${#modules[@]} -gt 0 ]] || modules=("${DEFAULT_MODULES[@]}")
   for m in "${modules[@]}"; do
     [[ " ${ALL_MODULES[*]} " == *" ${m} "* ]] || die "unknown module ${m} (want one of: ${ALL_MODULES[*]})"
   done

@@ -53,3 +53,34 @@ func TestNormalize(t *testing.T) {
 		}
 	}
 }
+
+// TestPopulatorImageOnlyWithItsBinary: hello-populator is built by make e2e-conformance alone, so its image is
+// in the set exactly when its binary is, under the registry the e2e repo list names for sig-storage images.
+func TestPopulatorImageOnlyWithItsBinary(t *testing.T) {
+	component := filepath.Join("..", "..", "..", "..", "deploy", "kustomize", "components", "images", "kustomization.yaml")
+	const ref = SigStorageRegistry + "/hello-populator:v1.0.1"
+	for _, built := range []bool{false, true} {
+		e2eBin := t.TempDir()
+		if built {
+			if err := os.WriteFile(filepath.Join(e2eBin, "hello-populator"), []byte("x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		specs, err := imageSpecs(options{bin: t.TempDir(), e2eBin: e2eBin, component: component})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, s := range specs {
+			if s.ref == ref {
+				found = true
+				if len(s.files) != 1 || s.files[0].src != filepath.Join(e2eBin, "hello-populator") {
+					t.Errorf("%s holds %v, want the built hello-populator", ref, s.files)
+				}
+			}
+		}
+		if found != built {
+			t.Errorf("binary built: %v; image %s in the set: %v", built, ref, found)
+		}
+	}
+}

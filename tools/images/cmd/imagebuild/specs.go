@@ -30,8 +30,9 @@ type hostFile struct{ src, dst string }
 // E2E image names: the e2e suite's own images are built here and named under e2eRegistry, which the suite
 // is told about through KUBE_TEST_REPO_LIST (test/e2e/cluster writes it).
 const (
-	E2ERegistry   = "diskforge.local/e2e-test-images"
-	PauseRegistry = "diskforge.local"
+	E2ERegistry        = "diskforge.local/e2e-test-images"
+	PauseRegistry      = "diskforge.local"
+	SigStorageRegistry = "diskforge.local/sig-storage"
 )
 
 // imageSpecs are every image the deployment (with the kind overlay) and the e2e run.
@@ -109,6 +110,13 @@ func imageSpecs(o options) ([]imageSpec, error) {
 		imageSpec{ref: E2ERegistry + "/agnhost:2.63.0", entrypoint: []string{"/agnhost"},
 			files: []hostFile{{e2e("agnhost"), "/agnhost"}}, busybox: true},
 	)
+	// The storage suite's populator spec deploys hello-populator (its manifest names v1.0.1; the Go module proxy
+	// serves lib-volume-populator v1.2.0, whose example takes the same flags). Built only when make
+	// e2e-conformance has built the binary: make e2e runs no spec that needs it.
+	if _, err := os.Stat(e2e("hello-populator")); err == nil {
+		specs = append(specs, imageSpec{ref: SigStorageRegistry + "/hello-populator:v1.0.1",
+			entrypoint: []string{"/hello-populator"}, files: []hostFile{{e2e("hello-populator"), "/hello-populator"}}})
+	}
 	return specs, nil
 }
 
