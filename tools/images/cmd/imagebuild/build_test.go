@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -82,5 +83,30 @@ func TestPopulatorImageOnlyWithItsBinary(t *testing.T) {
 		if found != built {
 			t.Errorf("binary built: %v; image %s in the set: %v", built, ref, found)
 		}
+	}
+}
+
+// TestRemoveTarballsBut: a build of the whole set leaves only its own tarballs, which is what the e2e nodes
+// import; other files stay.
+func TestRemoveTarballsBut(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"kept.tar", "stale.tar", "images.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeTarballsBut(dir, []string{"kept.tar"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{"images.txt", "kept.tar"}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
 	}
 }

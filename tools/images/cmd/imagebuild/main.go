@@ -7,7 +7,8 @@
 // Usage: imagebuild -bin DIR -e2e-bin DIR -images deploy/kustomize/components/images/kustomization.yaml -out DIR [ref...]
 //
 // Each image becomes OUT/<ref with / and : as _>.tar (import with `ctr -n k8s.io images import`), listed with its
-// digest in OUT/images.txt (the images of this run: all, or those named).
+// digest in OUT/images.txt (the images of this run: all, or those named). A run of all removes the other
+// tarballs in OUT, so that OUT holds exactly the set.
 package main
 
 import (
@@ -45,7 +46,7 @@ func run(o options, only []string) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	var index []string
+	var index, files []string
 	for _, s := range specs {
 		if len(only) > 0 && !slices.Contains(only, s.ref) {
 			continue
@@ -57,8 +58,32 @@ func run(o options, only []string) error {
 		}
 		fmt.Printf("%s %s %s\n", s.ref, digest, file)
 		index = append(index, fmt.Sprintf("%s %s %s", s.ref, digest, filepath.Base(file)))
+		files = append(files, filepath.Base(file))
+	}
+	if len(only) == 0 {
+		// The e2e nodes import every tarball here: one of an image no longer in the set (hello-populator after
+		// make e2e-conformance, a renamed image) must not come along.
+		if err := removeTarballsBut(o.out, files); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(filepath.Join(o.out, "images.txt"), []byte(strings.Join(index, "\n")+"\n"), 0o644)
+}
+
+// removeTarballsBut removes the image tarballs in dir whose names are not in keep.
+func removeTarballsBut(dir string, keep []string) error {
+	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return err
+	}
+	for _, t := range tars {
+		if !slices.Contains(keep, filepath.Base(t)) {
+			if err := os.Remove(t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // fileName is the tarball's name for ref.

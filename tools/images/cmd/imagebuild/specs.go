@@ -113,9 +113,10 @@ func imageSpecs(o options) ([]imageSpec, error) {
 	// The storage suite's populator spec deploys hello-populator (its manifest names v1.0.1; the Go module proxy
 	// serves lib-volume-populator v1.2.0, whose example takes the same flags). Built only when make
 	// e2e-conformance has built the binary: make e2e runs no spec that needs it.
-	if _, err := os.Stat(e2e("hello-populator")); err == nil {
+	populator := e2e("hello-populator")
+	if _, err := os.Stat(populator); err == nil {
 		specs = append(specs, imageSpec{ref: SigStorageRegistry + "/hello-populator:v1.0.1",
-			entrypoint: []string{"/hello-populator"}, files: []hostFile{{e2e("hello-populator"), "/hello-populator"}}})
+			entrypoint: []string{"/hello-populator"}, files: []hostFile{{populator, "/hello-populator"}}})
 	}
 	return specs, nil
 }
