@@ -31,13 +31,20 @@ var profiles = []profile{{Name: "instant"}, {Name: "1s", Transition: time.Second
 	// One cycle every half second: few waits overlap, as when PVCs trickle in.
 	{Name: "1s-trickle", Transition: time.Second, Spread: 10 * time.Second, Cycles: 20}}
 
+// benchZones are fakecloud's zones; instance i is in zone i mod 3.
+var benchZones = []string{"us-east-1a", "us-east-1b", "us-east-1c"}
+
 // rpcs are the steps of a cycle, in order.
 var rpcs = []string{"CreateVolume", "ControllerPublishVolume", "ControllerUnpublishVolume", "DeleteVolume"}
 
 // result is one run of one driver on one profile.
 type result struct {
-	Driver        string             `json:"driver"`
-	Profile       string             `json:"profile"`
+	Driver  string `json:"driver"`
+	Profile string `json:"profile"`
+	// Start is "cold" (the burst measured is the driver's first) or "warm" (an unmeasured burst of as many
+	// cycles ran first, so the driver knows its nodes and how long transitions take, as a driver that has run
+	// for a while does).
+	Start         string             `json:"start"`
 	Run           int                `json:"run"`
 	Cycles        int                `json:"cycles"`
 	Nodes         int                `json:"nodes"`
@@ -65,6 +72,7 @@ type controllerBench struct {
 	nodes     int
 	runs      int
 	profiles  []profile
+	starts    []string
 	keep      bool
 }
 
@@ -81,8 +89,15 @@ func runController(ctx context.Context, args []string) error {
 	only := fs.String("profiles", "instant,1s,1s-stream,1s-trickle",
 		"profiles to run: instant, 1s (all cycles at once), 1s-stream (spread over 10 s), 1s-trickle (20 cycles over 10 s)")
 	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
+	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after an unmeasured burst (warm), or both")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, st := range strings.Split(*starts, ",") {
+		if st != "cold" && st != "warm" {
+			return fmt.Errorf("--start: %q is neither cold nor warm", st)
+		}
+		b.starts = append(b.starts, st)
 	}
 	b.fakecloud = filepath.Join(*binDir, "fakecloud")
 	if *drivers == "" {
@@ -108,13 +123,15 @@ func runController(ctx context.Context, args []string) error {
 			if run%2 == 0 {
 				slices.Reverse(order)
 			}
-			for _, d := range order {
-				r, err := b.run(ctx, d, p, run)
-				if err != nil {
-					return fmt.Errorf("%s, %s, run %d: %w", d.name, p.Name, run, err)
-				}
-				if err := enc.Encode(r); err != nil {
-					return err
+			for _, st := range b.starts {
+				for _, d := range order {
+					r, err := b.run(ctx, d, p, st, run)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %s, run %d: %w", d.name, p.Name, st, run, err)
+					}
+					if err := enc.Encode(r); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -123,17 +140,16 @@ func runController(ctx context.Context, args []string) error {
 }
 
 func (b *controllerBench) instances() (ids []string, spec string) {
-	zones := []string{"us-east-1a", "us-east-1b", "us-east-1c"}
 	var items []string
 	for i := range b.nodes {
 		id := fmt.Sprintf("i-0be%014d", i)
 		ids = append(ids, id)
-		items = append(items, fmt.Sprintf("%s=%s:39", id, zones[i%len(zones)]))
+		items = append(items, fmt.Sprintf("%s=%s:39", id, benchZones[i%len(benchZones)]))
 	}
 	return ids, strings.Join(items, ",")
 }
 
-func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run int) (*result, error) {
+func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start string, run int) (*result, error) {
 	dir, err := os.MkdirTemp("", "diskforge-bench-")
 	if err != nil {
 		return nil, err
@@ -156,51 +172,31 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 	}
 	defer func() { _ = conn.Close() }()
 	ctrl := csi.NewControllerClient(conn)
-	zoneOf := map[string]string{}
-	for i, id := range ids {
-		zoneOf[id] = []string{"us-east-1a", "us-east-1b", "us-east-1c"}[i%3]
+	cycles := b.cycles
+	if p.Cycles > 0 {
+		cycles = p.Cycles
+	}
+	if start == "warm" {
+		// All at once: the warm-up only has to teach the driver, not to take as long as the measured burst.
+		warmup := profile{Name: p.Name, Transition: p.Transition, Cycles: cycles}
+		if w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d", run)); len(w.errs) > 0 {
+			return nil, fmt.Errorf("warm-up: %d errors, first: %s", len(w.errs), w.errs[0])
+		}
 	}
 
 	before, err := scrapeCalls(url)
 	if err != nil {
 		return nil, err
 	}
-	var (
-		mu   sync.Mutex
-		lat  = map[string][]time.Duration{}
-		errs []string
-		wg   sync.WaitGroup
-	)
-	record := func(rpc string, d time.Duration, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		lat[rpc] = append(lat[rpc], d)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", rpc, err))
-		}
-	}
-	start := time.Now()
-	cycles := b.cycles
-	if p.Cycles > 0 {
-		cycles = p.Cycles
-	}
-	for i := range cycles {
-		node := ids[i%len(ids)]
-		delay := p.Spread * time.Duration(i) / time.Duration(cycles)
-		wg.Go(func() {
-			time.Sleep(delay)
-			cycle(ctx, ctrl, fmt.Sprintf("pvc-bench-%d-%04d", run, i), node, zoneOf[node], record)
-		})
-	}
-	wg.Wait()
-	wall := time.Since(start)
+	m := b.burst(ctx, ctrl, ids, profile{Name: p.Name, Transition: p.Transition, Spread: p.Spread, Cycles: cycles},
+		fmt.Sprintf("pvc-bench-%d", run))
 	after, err := scrapeCalls(url)
 	if err != nil {
 		return nil, err
 	}
 
-	r := &result{Driver: d.name, Profile: p.Name, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(errs),
-		WallSeconds: round(wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
+	r := &result{Driver: d.name, Profile: p.Name, Start: start, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(m.errs),
+		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
 	for k, v := range after {
 		n := v - before[k]
 		switch {
@@ -219,12 +215,48 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, run in
 		}
 	}
 	for _, rpc := range rpcs {
-		if d := lat[rpc]; len(d) > 0 {
+		if d := m.lat[rpc]; len(d) > 0 {
 			r.Latency[rpc] = percentiles(d)
 		}
 	}
-	r.FirstErrors = errs[:min(len(errs), 5)]
+	r.FirstErrors = m.errs[:min(len(m.errs), 5)]
 	return r, nil
+}
+
+// measured is what one burst of cycles took.
+type measured struct {
+	lat  map[string][]time.Duration
+	errs []string
+	wall time.Duration
+}
+
+// burst runs p.Cycles cycles, spread evenly over p.Spread, round robin over the nodes, and waits for them all.
+func (b *controllerBench) burst(ctx context.Context, ctrl csi.ControllerClient, nodes []string, p profile, prefix string) measured {
+	var (
+		mu sync.Mutex
+		m  = measured{lat: map[string][]time.Duration{}}
+		wg sync.WaitGroup
+	)
+	record := func(rpc string, d time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		m.lat[rpc] = append(m.lat[rpc], d)
+		if err != nil {
+			m.errs = append(m.errs, fmt.Sprintf("%s: %v", rpc, err))
+		}
+	}
+	start := time.Now()
+	for i := range p.Cycles {
+		node := i % len(nodes)
+		delay := p.Spread * time.Duration(i) / time.Duration(p.Cycles)
+		wg.Go(func() {
+			time.Sleep(delay)
+			cycle(ctx, ctrl, fmt.Sprintf("%s-%04d", prefix, i), nodes[node], benchZones[node%len(benchZones)], record)
+		})
+	}
+	wg.Wait()
+	m.wall = time.Since(start)
+	return m
 }
 
 // cycle takes one volume through create, publish, unpublish and delete, as the provisioner and attacher do.
