@@ -22,6 +22,9 @@ type Cloud interface {
 	DeleteDisk(ctx context.Context, volumeID string) error
 	// GetDisk describes one disk; ErrNotFound if there is none with that ID.
 	GetDisk(ctx context.Context, volumeID string) (*Disk, error)
+	// RecentDisk is what the cloud said of a disk within the last few seconds, if it said anything, without
+	// asking again: for a decision that the next call's own answer corrects if the disk has changed since.
+	RecentDisk(volumeID string) (*Disk, bool)
 	// GetDiskByName finds the disk created under a CSI volume name; ErrNotFound if there is none.
 	GetDiskByName(ctx context.Context, name string) (*Disk, error)
 	// ListDisks lists the disks this driver created, a page at a time.

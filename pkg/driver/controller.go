@@ -207,20 +207,6 @@ func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// holdDisk holds a volume for one operation and describes it; the caller releases the hold.
-func (c *ControllerServer) holdDisk(ctx context.Context, id string) (*cloud.Disk, func(), error) {
-	release, err := c.inFlight.hold(ctx, "volume", id)
-	if err != nil {
-		return nil, nil, err
-	}
-	disk, err := c.existingDisk(ctx, id)
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	return disk, release, nil
-}
-
 // existingDisk describes a volume, answering NotFound for IDs the cloud could not have issued.
 func (c *ControllerServer) existingDisk(ctx context.Context, id string) (*cloud.Disk, error) {
 	if !validVolumeID(id) {

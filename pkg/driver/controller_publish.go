@@ -27,11 +27,15 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	disk, release, err := c.holdDisk(ctx, volumeID)
+	release, err := c.inFlight.hold(ctx, "volume", volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	disk, err := c.publishView(ctx, volumeID)
+	if err != nil {
+		return nil, err
+	}
 	if needs.multiNode && !disk.MultiAttach {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s is not Multi-Attach enabled", volumeID)
 	}
@@ -59,6 +63,17 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	}
 	klog.InfoS("Volume published", "volumeID", volumeID, "nodeID", nodeID, "device", att.Device)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{PublishDevicePath: att.Device}}, nil
+}
+
+// publishView is the disk as a publish decides on it. A disk the cloud showed a moment ago without any
+// attachment (as the wait of the CreateVolume just before it did) is taken as shown, with no call: what
+// follows is AttachVolume, which answers for itself if that has changed (VolumeInUse leads to a fresh read;
+// a deleted disk gives NotFound). A disk with attachments, or not seen lately, is read anew.
+func (c *ControllerServer) publishView(ctx context.Context, volumeID string) (*cloud.Disk, error) {
+	if d, ok := c.cloud.RecentDisk(volumeID); ok && len(d.Attachments) == 0 {
+		return d, nil
+	}
+	return c.existingDisk(ctx, volumeID)
 }
 
 func (c *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {

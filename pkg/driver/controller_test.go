@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
@@ -331,11 +332,70 @@ func TestControllerPublishCalls(t *testing.T) {
 	if n := after["AttachVolume"] - before["AttachVolume"]; n != 1 {
 		t.Errorf("a publish made %v AttachVolume calls, want 1", n)
 	}
+	// The volume was seen available, unattached, when its CreateVolume ended: the publish takes that view
+	// and reads nothing before attaching; its one DescribeVolumes is the attach's wait.
+	if n := after["DescribeVolumes"] - before["DescribeVolumes"]; n != 1 {
+		t.Errorf("a publish right after its CreateVolume made %v DescribeVolumes calls, want 1 (the attach's wait)", n)
+	}
 	if again := publish(ids[1]); again != second {
 		t.Errorf("publish again gave %s, want %s", again, second)
 	}
 	if n := ec2Calls(t, env)["AttachVolume"] - after["AttachVolume"]; n != 0 {
 		t.Errorf("an idempotent publish made %v AttachVolume calls, want 0", n)
+	}
+}
+
+// TestControllerPublishOnAStaleView: a publish that takes the view its CreateVolume left, after the volume
+// changed behind the driver's back, still gives the answer a fresh read would: AttachVolume answers for it.
+func TestControllerPublishOnAStaleView(t *testing.T) {
+	const otherNode = "i-0a000000000000009"
+	cfg := fakecloud.DefaultCloud()
+	cfg.Instances = []state.InstanceSpec{{ID: fakecloudtest.InstanceA, Zone: "us-east-1a"}, {ID: otherNode, Zone: "us-east-1a"}}
+	env := fakecloudtest.Start(t, fakecloudtest.Options{Cloud: &cfg, NoSync: true})
+	newCloud := func() *ec2cloud.Cloud {
+		cl, err := ec2cloud.New(context.Background(), ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
+			AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
+			Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	c := NewControllerServer(newCloud())
+	// Another client of the same cloud, whose calls the driver does not see.
+	other := newCloud()
+	ctx := context.Background()
+	create := func(name string) string {
+		vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			AccessibilityRequirements: &csi.TopologyRequirement{Preferred: zoneReq("us-east-1a")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vol.GetVolume().GetVolumeId()
+	}
+	publish := func(id string) error {
+		_, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: fakecloudtest.InstanceA, VolumeCapability: mountRWO})
+		return err
+	}
+
+	attachedElsewhere := create("pvc-stale-attached")
+	if _, err := other.AttachDisk(ctx, attachedElsewhere, otherNode); err != nil {
+		t.Fatal(err)
+	}
+	before := ec2Calls(t, env)
+	if err := publish(attachedElsewhere); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("publish of a volume attached elsewhere since it was seen: %v, want FailedPrecondition", err)
+	}
+	// The publish did act on the stale view: a fresh read would have refused without an AttachVolume.
+	if n := ec2Calls(t, env)["AttachVolume"] - before["AttachVolume"]; n != 1 {
+		t.Errorf("the publish sent %v AttachVolume calls, want 1 (refused as VolumeInUse)", n)
+	}
+	deleted := create("pvc-stale-deleted")
+	if err := other.DeleteDisk(ctx, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(deleted); status.Code(err) != codes.NotFound {
+		t.Errorf("publish of a volume deleted since it was seen: %v, want NotFound", err)
 	}
 }
 

@@ -29,7 +29,13 @@ type batcher[T any] struct {
 	inflight  uint64
 	running   bool
 	requested bool
+	// recent is the latest observation of each ID, kept for recentWindow (see recent).
+	recent map[string]observation[T]
 }
+
+// recentWindow is how long an observation is kept for callers that may act on what the cloud said a moment
+// ago because the call they act with answers for itself when it was not so any more.
+const recentWindow = 5 * time.Second
 
 // observation is what one Describe call saw of one resource: its record, or that it was missing, or the
 // error of the call. The call was sent at sent and answered at at.
@@ -43,7 +49,32 @@ type observation[T any] struct {
 
 func newBatcher[T any](resource string, fetch func(ctx context.Context, ids []string) (map[string]T, error), o WaitOptions, m *metrics) *batcher[T] {
 	return &batcher[T]{resource: resource, fetch: fetch, size: o.BatchSize, timeout: o.FetchTimeout, metrics: m,
-		subs: map[string]map[*subscription[T]]struct{}{}}
+		subs: map[string]map[*subscription[T]]struct{}{}, recent: map[string]observation[T]{}}
+}
+
+// last returns the latest observation of id, if one was made within recentWindow, without a call.
+func (b *batcher[T]) last(id string) (observation[T], bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.recent[id]
+	if !ok || time.Since(o.sent) > recentWindow {
+		return observation[T]{}, false
+	}
+	return o, true
+}
+
+// keepRecent stores what a call saw and drops observations that have aged out. Caller holds b.mu.
+func (b *batcher[T]) keepRecent(results map[string]observation[T]) {
+	for id, o := range b.recent {
+		if time.Since(o.sent) > recentWindow {
+			delete(b.recent, id)
+		}
+	}
+	for id, o := range results {
+		if o.err == nil {
+			b.recent[id] = o
+		}
+	}
 }
 
 // subscription receives the observations of one ID until closed. The latest unread observation is kept;
@@ -93,6 +124,14 @@ func (s *subscription[T]) request() {
 	defer b.mu.Unlock()
 	if b.inflight != 0 && b.inflight >= s.minSeq {
 		// The call in progress observes our ID and we will take its result: no need for another.
+		return
+	}
+	s.mu.Lock()
+	fresh := s.fresh
+	s.mu.Unlock()
+	if fresh {
+		// A call ended between the caller's last look and this request: its observation, not yet taken,
+		// answers it.
 		return
 	}
 	b.requested = true
@@ -161,6 +200,7 @@ func (b *batcher[T]) run() {
 
 		b.mu.Lock()
 		b.inflight = 0
+		b.keepRecent(results)
 		for id, o := range results {
 			for s := range b.subs[id] {
 				if s.minSeq <= seq {

@@ -183,3 +183,56 @@ func TestWaitForSkipsPollsOthersMade(t *testing.T) {
 		t.Errorf("calls = %d, want the other subscriber's 3 only", got)
 	}
 }
+
+// TestBatcherKeepsRecentObservations: what a call saw of an ID is kept for recentWindow, failed calls are not
+// kept, and older observations age out.
+func TestBatcherKeepsRecentObservations(t *testing.T) {
+	f := &fakeFetch{}
+	b := testBatcher(f, 200)
+	if _, ok := b.last("vol-a"); ok {
+		t.Fatal("an observation before any call")
+	}
+	if _, err := b.get(context.Background(), "vol-a"); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := b.last("vol-a"); !ok || !o.found || o.value != 1 {
+		t.Errorf("last after a call = %+v, %v; want the call's observation", o, ok)
+	}
+	b.mu.Lock()
+	b.keepRecent(map[string]observation[int]{
+		"vol-old":    {found: true, sent: time.Now().Add(-recentWindow - time.Second)},
+		"vol-failed": {err: errors.New("throttled"), sent: time.Now()},
+	})
+	b.mu.Unlock()
+	for _, id := range []string{"vol-old", "vol-failed"} {
+		if o, ok := b.last(id); ok {
+			t.Errorf("last(%s) = %+v; want nothing", id, o)
+		}
+	}
+}
+
+// TestRequestAnsweredByUntakenObservation: a request made after a call delivered an observation its subscriber
+// has not taken yet starts no call: that observation answers it. (A wait whose timer fired just as a call
+// ended used to start another call right behind it.)
+func TestRequestAnsweredByUntakenObservation(t *testing.T) {
+	f := &fakeFetch{}
+	b := testBatcher(f, 200)
+	s, _ := b.subscribe("vol-a")
+	defer s.close()
+	s.request()
+	<-s.notify
+	s.request()
+	// Give a wrongly started call time to happen.
+	time.Sleep(20 * time.Millisecond)
+	if got := f.count(); got != 1 {
+		t.Fatalf("calls = %d after a request with an observation untaken, want 1", got)
+	}
+	if o, ok := s.take(); !ok || o.value != 1 {
+		t.Fatalf("take = %+v, %v; want the first call's observation", o, ok)
+	}
+	s.request()
+	<-s.notify
+	if got := f.count(); got != 2 {
+		t.Errorf("calls = %d after a request once the observation was taken, want 2", got)
+	}
+}

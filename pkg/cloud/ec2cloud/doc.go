@@ -17,22 +17,27 @@
 // Max). A wait that starts while no other is in progress polls at once, so an idle cloud adds no latency.
 //
 // Transitions of one kind take about as long each time (an EBS attach takes seconds), so the schedule's early
-// polls are mostly wasted. Once three waits of a kind have ended, a new one first sleeps through 0.9 of the
-// lower quartile of the recent ones' durations (estimate.go), then polls by the schedule; never more than half
-// the caller's remaining deadline. A wait that sees its resource done at its first poll counts half its time,
-// so an estimate that became too long shrinks within a few waits. With 1 s transitions and one cycle every
-// half second, this takes DescribeVolumes from 2.5 to about 1.9 per wait, warm-up included (test/bench
-// controller, profile 1s-trickle); bursts of simultaneous waits gain nothing, as none has ended before the
-// others start.
+// polls are mostly wasted. Once three waits of a kind have ended, a new one first sleeps through the lower
+// quartile of the recent ones' durations (estimate.go), then polls by the schedule; never more than half the
+// caller's remaining deadline. A duration is the middle of the bracket in which the wait saw its resource
+// finish, between the last look that saw it unfinished and the first that saw it done, whoever made them; a
+// wait done at its very first look counts half its time, so an estimate that became too long shrinks. Waits
+// that started before anything was known learn as soon as the first of their kind end: a poll their growing
+// interval would put past the estimate comes forward to it, so the rest of a burst is not seen half a
+// transition late.
 //
 // The polls of concurrent waits are coalesced by a batcher per resource kind: a wait subscribes to its ID, and
 // when any wait wants a fresh look the batcher makes one Describe call (with a volume-id filter, which, unlike
 // VolumeIds, does not fail as a whole when one volume is gone) for every subscribed ID, and hands each
 // subscriber its record. A call starts as soon as one is wanted and none is in flight; requests arriving
-// meanwhile are served by the next call, made as soon as the previous returns, so there is no timer. A wait
-// observed by someone else's call since its last poll skips its own. Under load one call serves many waits;
-// 100 concurrent create → attach → detach → delete cycles need about 4.2 EC2 calls per cycle, of which 4 are
-// the mutating calls themselves (BenchmarkConcurrentCycles).
+// meanwhile are served by the next call, made as soon as the previous returns, so there is no timer. When a
+// wait's poll falls due, a call that observed it within the interval it waited stands for the poll. (Counting
+// the next interval from that call, so that the waits one call saw fall due together, was tried: it made more
+// calls in a stream of waits, not fewer.) Under load one call serves many waits; 100
+// concurrent create → attach → detach → delete cycles need about 4.1 EC2 calls per cycle, of which 4 are the
+// mutating calls themselves (test/bench controller). The batcher keeps each volume's latest observation for a
+// few seconds (RecentDisk), for a publish that may act on what the cloud just said because the AttachVolume
+// that follows answers for itself.
 //
 // # Idempotency
 //

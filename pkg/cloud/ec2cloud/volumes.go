@@ -245,6 +245,16 @@ func (c *Cloud) GetDisk(ctx context.Context, volumeID string) (*cloud.Disk, erro
 	return toDisk(o.value), nil
 }
 
+// RecentDisk implements cloud.Cloud from the observations of the volume batcher, which every wait and read of
+// a volume goes through.
+func (c *Cloud) RecentDisk(volumeID string) (*cloud.Disk, bool) {
+	o, ok := c.volumes.last(volumeID)
+	if !ok || !o.found {
+		return nil, false
+	}
+	return toDisk(o.value), true
+}
+
 // GetDiskByName implements cloud.Cloud. Disks being deleted are skipped.
 func (c *Cloud) GetDiskByName(ctx context.Context, name string) (*cloud.Disk, error) {
 	in := &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{filter("tag:"+cloud.TagName, name)}}

@@ -99,9 +99,10 @@ type checkFunc[T any] func(o observation[T]) (done bool, err error)
 //
 // The schedule comes from WaitOptions: a wait that starts while no other is in progress polls at once, others
 // poll after Initial; then the interval grows. Once waits of its kind have ended, a wait first sleeps through
-// most of the time they took, then polls by that schedule. Every observation of id counts, including those from calls
-// other waits asked for: a wait that was observed since its last poll skips its next one. So under load one
-// Describe call serves many waits, and no wait is observed less often than its own schedule.
+// the time they usually took, then polls by that schedule. Every observation of id counts, including those
+// from calls other waits asked for: a wait whose poll falls due after such a call observed id within the
+// interval it waited skips its own. So under load one Describe call serves many waits, and no wait is
+// observed less often than its own schedule.
 func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id string, check checkFunc[T]) (err error) {
 	start := time.Now()
 	defer func() {
@@ -131,49 +132,92 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 	defer sub.close()
 	bo := c.wait.newBackOff()
 
-	// awaiting: we asked for a call and wait for its result. observed: someone else's call observed id since
-	// our last poll. pending: an observation showed id not done yet.
-	awaiting, observed, pending := false, false, false
+	// awaiting: we asked for a call and wait for its result. lastLook: when the latest call that saw id not
+	// done was sent, whoever asked for it. gap: the interval the timer was set for; a look within it, before
+	// the timer fires, is as good as a poll of our own.
+	var (
+		awaiting bool
+		lastLook time.Time
+		gap      time.Duration
+	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// learned: the schedule has taken the estimate of this kind of transition into account, at the start
+	// (the sleep) or since.
+	learned := sleep > 0 || c.wait.FixedSchedule
+	// arm sets the timer to the next interval of the schedule, counted from the look at from. A wait that
+	// started before anything was known of its kind learns as soon as the first ones end (in a burst, the
+	// others of its burst): a poll the growing interval would put past the time this one should be done comes
+	// forward to it, and the schedule starts over from Initial there. Otherwise the rest of a burst would be
+	// seen up to half a transition late.
+	arm := func(from time.Time) {
+		gap = bo.NextBackOff()
+		if learned {
+			timer.Reset(max(time.Until(from.Add(gap)), 0))
+			return
+		}
+		if e := c.estimates.firstPoll(what); e > 0 && start.Add(e).Before(from.Add(gap)) {
+			learned = true
+			bo.Reset()
+			gap = max(start.Add(e).Sub(from), c.wait.Initial)
+		}
+		timer.Reset(max(time.Until(from.Add(gap)), 0))
+	}
 	switch {
 	case sleep > 0:
+		// Only a look in the last Initial of the sleep stands for the first poll: earlier ones were too early
+		// to tell anything.
+		gap = c.wait.Initial
 		timer.Reset(sleep)
 	case idle:
 		timer.Stop()
 		awaiting = true
 		sub.request()
 	default:
-		timer.Reset(bo.NextBackOff())
+		arm(start)
+	}
+	// observe takes the latest observation, if there is one: finished reports that the wait is over.
+	observe := func() (finished bool, err error) {
+		o, ok := sub.take()
+		if !ok {
+			return false, nil
+		}
+		done, err := check(o)
+		if done && err == nil && !c.wait.FixedSchedule {
+			// From when the calls were sent: on a busy cloud an answer can take longer than the transition.
+			notDone := time.Duration(0)
+			if !lastLook.IsZero() {
+				notDone = lastLook.Sub(start)
+			}
+			c.estimates.record(what, notDone, o.sent.Sub(start))
+		}
+		if done || err != nil {
+			return true, err
+		}
+		lastLook = o.sent
+		if awaiting {
+			awaiting = false
+			arm(lastLook)
+		}
+		return false, nil
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sub.notify:
-			o, ok := sub.take()
-			if !ok {
-				continue
-			}
-			done, err := check(o)
-			if done && err == nil && !c.wait.FixedSchedule {
-				// From when the call was sent: on a busy cloud its answer can take longer than the transition.
-				c.estimates.record(what, o.sent.Sub(start), pending)
-			}
-			if done || err != nil {
+			if finished, err := observe(); finished {
 				return err
 			}
-			pending = true
-			if awaiting {
-				awaiting, observed = false, false
-				timer.Reset(bo.NextBackOff())
-			} else {
-				observed = true
+		case now := <-timer.C:
+			// An observation that arrived as the timer fired counts first: select picks among ready cases at
+			// random, and a wait that polled past it would start a call the others had just made.
+			if finished, err := observe(); finished {
+				return err
 			}
-		case <-timer.C:
-			if observed {
-				observed = false
-				timer.Reset(bo.NextBackOff())
+			if !lastLook.IsZero() && now.Sub(lastLook) < gap {
+				// Someone else's call looked within the interval: that was our poll.
+				arm(now)
 				continue
 			}
 			awaiting = true
