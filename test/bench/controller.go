@@ -73,6 +73,7 @@ type controllerBench struct {
 	runs      int
 	profiles  []profile
 	starts    []string
+	warmups   int
 	keep      bool
 }
 
@@ -89,6 +90,7 @@ func runController(ctx context.Context, args []string) error {
 	only := fs.String("profiles", "instant,1s,1s-stream,1s-trickle",
 		"profiles to run: instant, 1s (all cycles at once), 1s-stream (spread over 10 s), 1s-trickle (20 cycles over 10 s)")
 	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
+	fs.IntVar(&b.warmups, "warmups", 2, "unmeasured bursts before a warm measurement")
 	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after an unmeasured burst (warm), or both")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -179,8 +181,10 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	if start == "warm" {
 		// All at once: the warm-up only has to teach the driver, not to take as long as the measured burst.
 		warmup := profile{Name: p.Name, Transition: p.Transition, Cycles: cycles}
-		if w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d", run)); len(w.errs) > 0 {
-			return nil, fmt.Errorf("warm-up: %d errors, first: %s", len(w.errs), w.errs[0])
+		for i := range b.warmups {
+			if w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d-%d", run, i)); len(w.errs) > 0 {
+				return nil, fmt.Errorf("warm-up: %d errors, first: %s", len(w.errs), w.errs[0])
+			}
 		}
 	}
 
