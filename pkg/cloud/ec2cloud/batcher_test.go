@@ -236,3 +236,38 @@ func TestRequestAnsweredByUntakenObservation(t *testing.T) {
 		t.Errorf("calls = %d after a request once the observation was taken, want 2", got)
 	}
 }
+
+// TestWaitLearnsMidWait: a wait that started before anything was known of its kind, and whose growing
+// interval would next poll long after the transition, comes forward to the estimate once other waits of its
+// kind have ended, instead of sleeping out the interval.
+func TestWaitLearnsMidWait(t *testing.T) {
+	f := &fakeFetch{}
+	c := &Cloud{wait: WaitOptions{Initial: 10 * time.Millisecond, Multiplier: 20, Max: 10 * time.Second, Jitter: -1}.withDefaults(),
+		metrics: newMetrics(nil), estimates: newDurationEstimates(0)}
+	b := testBatcher(f, 200)
+	// Another subscriber keeps the batcher from being idle, so the wait polls by its schedule: at 10 ms, then
+	// 200 ms later, then 4 s later.
+	other, _ := b.subscribe("vol-other")
+	defer other.close()
+	const transition = 300 * time.Millisecond
+	start := time.Now()
+	done := make(chan error)
+	go func() {
+		done <- waitFor(context.Background(), c, b, waitCreate, "vol-w", func(o observation[int]) (bool, error) {
+			return o.sent.Sub(start) >= transition, nil
+		})
+	}()
+	// The others of the burst end and teach the estimate; a call of theirs shows our volume still creating.
+	time.Sleep(50 * time.Millisecond)
+	for range estimateMinSamples {
+		c.estimates.record(waitCreate, transition-20*time.Millisecond, transition+20*time.Millisecond)
+	}
+	other.request()
+	<-other.notify
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the wait ended after %v; with the estimate learned mid-wait it polls at about %v", took, transition)
+	}
+}

@@ -143,25 +143,35 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	// learned: the schedule has taken the estimate of this kind of transition into account, at the start
-	// (the sleep) or since.
+	// (the sleep) or since. due: when the timer fires.
 	learned := sleep > 0 || c.wait.FixedSchedule
-	// arm sets the timer to the next interval of the schedule, counted from the look at from. A wait that
-	// started before anything was known of its kind learns as soon as the first ones end (in a burst, the
-	// others of its burst): a poll the growing interval would put past the time this one should be done comes
-	// forward to it, and the schedule starts over from Initial there. Otherwise the rest of a burst would be
-	// seen up to half a transition late.
-	arm := func(from time.Time) {
-		gap = bo.NextBackOff()
-		if learned {
-			timer.Reset(max(time.Until(from.Add(gap)), 0))
+	var due time.Time
+	setTimer := func(at time.Time) {
+		due = at
+		timer.Reset(max(time.Until(at), 0))
+	}
+	// learn lets a wait that started before anything was known of its kind learn as soon as the first ones
+	// end (in a burst, the others of its burst): a next poll that the growing interval puts past the time this
+	// one should be done comes forward to it, and the schedule starts over from Initial there. Otherwise the
+	// rest of a burst would be seen up to half a transition late.
+	learn := func(from time.Time) {
+		if learned || due.IsZero() {
 			return
 		}
-		if e := c.estimates.firstPoll(what); e > 0 && start.Add(e).Before(from.Add(gap)) {
-			learned = true
-			bo.Reset()
-			gap = max(start.Add(e).Sub(from), c.wait.Initial)
+		e := c.estimates.firstPoll(what)
+		if e <= 0 || !start.Add(e).Before(due) {
+			return
 		}
-		timer.Reset(max(time.Until(from.Add(gap)), 0))
+		learned = true
+		bo.Reset()
+		gap = c.wait.Initial
+		setTimer(later(start.Add(e), from.Add(gap)))
+	}
+	// arm sets the timer to the next interval of the schedule, counted from the look at from.
+	arm := func(from time.Time) {
+		gap = bo.NextBackOff()
+		setTimer(from.Add(gap))
+		learn(from)
 	}
 	switch {
 	case sleep > 0:
@@ -198,6 +208,9 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 		if awaiting {
 			awaiting = false
 			arm(lastLook)
+		} else {
+			// Someone else's call: it may have shown others of our kind done, and so taught us when to look.
+			learn(lastLook)
 		}
 		return false, nil
 	}
@@ -224,6 +237,13 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 			sub.request()
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // transientPollError decides what a failed Describe call means to a wait: transient failures (throttling,
