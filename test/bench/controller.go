@@ -41,9 +41,9 @@ var rpcs = []string{"CreateVolume", "ControllerPublishVolume", "ControllerUnpubl
 type result struct {
 	Driver  string `json:"driver"`
 	Profile string `json:"profile"`
-	// Start is "cold" (the burst measured is the driver's first) or "warm" (an unmeasured burst of as many
-	// cycles ran first, so the driver knows its nodes and how long transitions take, as a driver that has run
-	// for a while does).
+	// Start is "cold" (the burst measured is the driver's first) or "warm" (--warmups unmeasured bursts of as
+	// many cycles ran first, so the driver knows its nodes and how long transitions take, as a driver that has
+	// run for a while does).
 	Start         string             `json:"start"`
 	Run           int                `json:"run"`
 	Cycles        int                `json:"cycles"`
@@ -91,7 +91,7 @@ func runController(ctx context.Context, args []string) error {
 		"profiles to run: instant, 1s (all cycles at once), 1s-stream (spread over 10 s), 1s-trickle (20 cycles over 10 s)")
 	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
 	fs.IntVar(&b.warmups, "warmups", 2, "unmeasured bursts before a warm measurement")
-	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after an unmeasured burst (warm), or both")
+	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after --warmups unmeasured bursts (warm), or both")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -174,13 +174,14 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	}
 	defer func() { _ = conn.Close() }()
 	ctrl := csi.NewControllerClient(conn)
-	cycles := b.cycles
-	if p.Cycles > 0 {
-		cycles = p.Cycles
+	if p.Cycles == 0 {
+		p.Cycles = b.cycles
 	}
+	cycles := p.Cycles
 	if start == "warm" {
 		// All at once: the warm-up only has to teach the driver, not to take as long as the measured burst.
-		warmup := profile{Name: p.Name, Transition: p.Transition, Cycles: cycles}
+		warmup := p
+		warmup.Spread = 0
 		for i := range b.warmups {
 			if w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d-%d", run, i)); len(w.errs) > 0 {
 				return nil, fmt.Errorf("warm-up: %d errors, first: %s", len(w.errs), w.errs[0])
@@ -192,8 +193,7 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	if err != nil {
 		return nil, err
 	}
-	m := b.burst(ctx, ctrl, ids, profile{Name: p.Name, Transition: p.Transition, Spread: p.Spread, Cycles: cycles},
-		fmt.Sprintf("pvc-bench-%d", run))
+	m := b.burst(ctx, ctrl, ids, p, fmt.Sprintf("pvc-bench-%d", run))
 	after, err := scrapeCalls(url)
 	if err != nil {
 		return nil, err

@@ -29,7 +29,7 @@ type batcher[T any] struct {
 	inflight  uint64
 	running   bool
 	requested bool
-	// recent is the latest observation of each ID, kept for recentWindow (see recent).
+	// recent is the latest observation of each ID, kept for recentWindow (see last).
 	recent map[string]observation[T]
 }
 

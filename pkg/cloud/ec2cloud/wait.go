@@ -178,7 +178,7 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 		// Only a look in the last Initial of the sleep stands for the first poll: earlier ones were too early
 		// to tell anything.
 		gap = c.wait.Initial
-		timer.Reset(sleep)
+		setTimer(start.Add(sleep))
 	case idle:
 		timer.Stop()
 		awaiting = true
