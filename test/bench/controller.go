@@ -34,6 +34,9 @@ var profiles = []profile{{Name: "instant"}, {Name: "1s", Transition: time.Second
 // benchZones are fakecloud's zones; instance i is in zone i mod 3.
 var benchZones = []string{"us-east-1a", "us-east-1b", "us-east-1c"}
 
+// benchProcs are the processes whose CPU time a run reports.
+var benchProcs = []string{"driver", "fakecloud"}
+
 // rpcs are the steps of a cycle, in order.
 var rpcs = []string{"CreateVolume", "ControllerPublishVolume", "ControllerUnpublishVolume", "DeleteVolume"}
 
@@ -56,8 +59,11 @@ type result struct {
 	CallErrors    map[string]float64 `json:"callErrors,omitempty"`
 	// ServerMeanMS is fakecloud's own mean time per call of each action, in ms: what the cloud costs, apart
 	// from what the driver adds.
-	ServerMeanMS map[string]float64      `json:"serverMeanMs"`
-	Latency      map[string]latencyStats `json:"latency"`
+	ServerMeanMS map[string]float64 `json:"serverMeanMs"`
+	// CPUMSPerCycle is the CPU time the driver and fakecloud used in the burst, in ms per cycle: what the
+	// cycles cost the two cores they share, which latency on a noisy machine shows only blurred.
+	CPUMSPerCycle map[string]float64      `json:"cpuMsPerCycle"`
+	Latency       map[string]latencyStats `json:"latency"`
 }
 
 type latencyStats struct {
@@ -193,14 +199,25 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	if err != nil {
 		return nil, err
 	}
+	cpuBefore, err := pr.cpuOf(benchProcs)
+	if err != nil {
+		return nil, err
+	}
 	m := b.burst(ctx, ctrl, ids, p, fmt.Sprintf("pvc-bench-%d", run))
+	cpuAfter, err := pr.cpuOf(benchProcs)
+	if err != nil {
+		return nil, err
+	}
 	after, err := scrapeCalls(url)
 	if err != nil {
 		return nil, err
 	}
 
 	r := &result{Driver: d.name, Profile: p.Name, Start: start, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(m.errs),
-		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}}
+		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}, CPUMSPerCycle: map[string]float64{}}
+	for i, name := range benchProcs {
+		r.CPUMSPerCycle[name] = round(float64(cpuAfter[i]-cpuBefore[i]) / float64(time.Millisecond) / float64(cycles))
+	}
 	for k, v := range after {
 		n := v - before[k]
 		switch {

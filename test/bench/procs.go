@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,8 +22,9 @@ import (
 
 // procs are the processes a benchmark started; stop ends them all (SIGTERM, then SIGKILL).
 type procs struct {
-	dir  string
-	list []*exec.Cmd
+	dir   string
+	list  []*exec.Cmd
+	names []string
 }
 
 // start runs bin with args, its output in dir/<name>.log.
@@ -39,7 +41,35 @@ func (p *procs) start(name, bin string, args []string, env ...string) error {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	p.list = append(p.list, cmd)
+	p.names = append(p.names, name)
 	return nil
+}
+
+// cpu is the CPU time the process started as name has used so far: the sum of its threads' run times
+// (/proc/PID/task/*/schedstat, in ns; /proc/PID/stat counts in 10 ms ticks, too coarse for a 0.3 s burst).
+// Go's threads live as long as the process, so none of the time is lost with an exited thread.
+func (p *procs) cpu(name string) (time.Duration, error) {
+	i := slices.Index(p.names, name)
+	if i < 0 {
+		return 0, fmt.Errorf("no process %s", name)
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.list[i].Process.Pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("threads of %s: %v", name, err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		raw, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended between the listing and the read
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 func (p *procs) stop() {
@@ -55,7 +85,7 @@ func (p *procs) stop() {
 			<-done
 		}
 	}
-	p.list = nil
+	p.list, p.names = nil, nil
 }
 
 func freeAddr() (string, error) {
@@ -174,4 +204,16 @@ func scrapeCalls(url string) (map[string]float64, error) {
 		out["total"] += v
 	}
 	return out, sc.Err()
+}
+
+// cpuOf is cpu of each of names.
+func (p *procs) cpuOf(names []string) ([]time.Duration, error) {
+	out := make([]time.Duration, len(names))
+	for i, n := range names {
+		var err error
+		if out[i], err = p.cpu(n); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
