@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -83,6 +84,8 @@ func New(ctx context.Context, o Options) (*Cloud, error) {
 	}
 	if o.HTTPClient != nil {
 		loadOpts = append(loadOpts, config.WithHTTPClient(o.HTTPClient))
+	} else {
+		loadOpts = append(loadOpts, config.WithHTTPClient(defaultHTTPClient()))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
@@ -118,6 +121,19 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 	klog.V(2).InfoS("EC2 cloud configured", "region", cfg.Region, "endpoint", o.Endpoint, "clusterID", o.ClusterID,
 		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode)
 	return c
+}
+
+// idleConnsPerHost is how many connections to the endpoint stay open between calls. The SDK keeps 10, so a
+// burst of parallel calls (a batch of CreateVolumes, then their attaches) opens a new connection, TCP and TLS,
+// for most calls of every burst.
+const idleConnsPerHost = 128
+
+// defaultHTTPClient is the SDK's client, keeping enough idle connections for the driver's bursts.
+func defaultHTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = max(tr.MaxIdleConns, idleConnsPerHost)
+		tr.MaxIdleConnsPerHost = idleConnsPerHost
+	})
 }
 
 // Region is the region the cloud talks to.

@@ -3,6 +3,7 @@ package ec2cloud
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
@@ -59,4 +60,39 @@ func TestConfigFromSDKChain(t *testing.T) {
 	}
 	_, err = bad.ListZones(testCtx(t))
 	wantKinds(t, err, cloud.ErrPermissionDenied)
+}
+
+// TestBurstsReuseConnections: a burst of parallel calls leaves its connections open for the next burst. The
+// SDK's client keeps 10, so every burst of the driver's (100 CreateVolumes, then their attaches) would open
+// most of its connections anew: TCP and, against EC2, TLS handshakes.
+func TestBurstsReuseConnections(t *testing.T) {
+	isolateSDKConfig(t)
+	fc := fakecloudtest.Start(t, fakecloudtest.Options{NoSync: true})
+	c, err := New(context.Background(), Options{Endpoint: fc.URL, Region: fc.Region,
+		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const parallel = 40
+	burst := func() {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range parallel {
+			wg.Go(func() {
+				<-start
+				// ListZones is not batched: one call each.
+				if _, err := c.ListZones(testCtx(t)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	burst()
+	first := fc.Connections()
+	burst()
+	if opened := fc.Connections() - first; opened > parallel/8 {
+		t.Errorf("the second burst of %d calls opened %d connections (the first opened %d); want them reused", parallel, opened, first)
+	}
 }

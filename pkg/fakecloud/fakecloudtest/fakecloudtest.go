@@ -4,7 +4,10 @@ package fakecloudtest
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +56,8 @@ type Env struct {
 	Instances map[string]string
 	http      *httptest.Server
 	closed    bool
+	// conns counts the connections clients opened.
+	conns atomic.Int64
 }
 
 // Instance IDs of the default test cloud, one per default zone.
@@ -86,8 +91,13 @@ func Start(t testing.TB, o Options) *Env {
 	// The production server's timeouts, so tests meet the same limits as clients of the binary.
 	hs := httptest.NewUnstartedServer(srv.Handler)
 	hs.Config = fakecloud.NewHTTPServer(srv.Handler, fakecloud.Timeouts{})
-	hs.Start()
 	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: hs}
+	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			e.conns.Add(1)
+		}
+	}
+	hs.Start()
 	e.URL = e.http.URL
 	for _, in := range cloud.Instances {
 		e.Instances[in.Zone] = in.ID
@@ -106,6 +116,9 @@ func (e *Env) Close() {
 	e.http.Close()
 	_ = e.Server.Close()
 }
+
+// Connections is how many connections clients have opened to the server so far.
+func (e *Env) Connections() int64 { return e.conns.Load() }
 
 // IMDS serves the instance metadata service of instanceID until the test ends and returns its URL, as
 // fakecloud's --imds flag does on a listener of the instance's own.
