@@ -61,7 +61,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.keysFile, "access-keys-file", "", "file holding more keys as for --access-keys (comma or newline separated)")
 	flag.StringVar(&o.cfg.AdminToken, "admin-token", "", "bearer token admitting /admin requests (prefer --admin-token-file)")
 	flag.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the admin bearer token")
-	flag.BoolVar(&o.cfg.NoSync, "no-fsync", false, "skip fsync of state changes (faster, loses the last changes on a crash)")
+	flag.BoolVar(&o.cfg.NoSync, "no-fsync", false, "skip fsync of state changes and of new volume and snapshot files (faster; a crash loses the last changes)")
 	flag.DurationVar(&d.VolumeCreate, "create-duration", d.VolumeCreate, "time a volume spends creating")
 	flag.DurationVar(&d.VolumeDelete, "delete-duration", d.VolumeDelete, "time a volume spends deleting")
 	flag.DurationVar(&d.Attach, "attach-duration", d.Attach, "time an attachment spends attaching")

@@ -39,7 +39,8 @@ type Config struct {
 	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
 	// /admin needs the token or a SigV4 signature by one of the keys; /healthz and /metrics stay open.
 	AdminToken string
-	// NoSync trades durability of the last change for speed (benchmarks).
+	// NoSync trades durability of the last change for speed (benchmarks): neither the state store nor new
+	// volume and snapshot files are fsynced.
 	NoSync bool
 	Clock  state.Clock
 }
@@ -72,7 +73,11 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	backend, name, err := openBackend(cfg.Backend, cfg.DataDir)
+	var backendOpts []blockdev.Option
+	if cfg.NoSync {
+		backendOpts = append(backendOpts, blockdev.NoSync())
+	}
+	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
 }
 
-func openBackend(kind, dataDir string) (blockdev.Backend, string, error) {
+func openBackend(kind, dataDir string, opts ...blockdev.Option) (blockdev.Backend, string, error) {
 	if kind == "" || kind == BackendAuto {
 		kind = BackendLoop
 		if err := blockdev.Available(); err != nil {
@@ -112,10 +117,10 @@ func openBackend(kind, dataDir string) (blockdev.Backend, string, error) {
 	}
 	switch kind {
 	case BackendLoop:
-		b, err := blockdev.NewLoopBackend(dataDir)
+		b, err := blockdev.NewLoopBackend(dataDir, opts...)
 		return b, kind, err
 	case BackendFile:
-		b, err := blockdev.NewFileBackend(dataDir)
+		b, err := blockdev.NewFileBackend(dataDir, opts...)
 		return b, kind, err
 	}
 	return nil, "", fmt.Errorf("unknown backend %q (want loop, file or auto)", kind)

@@ -24,6 +24,13 @@ var backendCases = []backendCase{
 		}
 		return b
 	}},
+	{"file-nosync", func(t *testing.T) Backend {
+		b, err := NewFileBackend(t.TempDir(), NoSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}},
 	{"loop", func(t *testing.T) Backend {
 		b, _ := newLoopBackendT(t, t.TempDir())
 		return b

@@ -19,8 +19,8 @@ var _ Backend = (*FileBackend)(nil)
 
 // NewFileBackend stores volumes in <dataDir>/volumes/<id>.img and snapshots in <dataDir>/snapshots/<id>.img,
 // creating the directories as needed.
-func NewFileBackend(dataDir string) (*FileBackend, error) {
-	s, err := newFileStore(dataDir)
+func NewFileBackend(dataDir string, opts ...Option) (*FileBackend, error) {
+	s, err := newFileStore(dataDir, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -20,8 +20,8 @@ const copyChunk = 8 << 20
 
 // copyFileAtomic makes dstPath a copy of srcPath's bytes, grown to growTo bytes when that is larger than the
 // source. The copy is written to a temporary file next to dstPath and renamed into place, so a crash never
-// leaves a half-copied file under the final name.
-func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64) error {
+// leaves a half-copied file under the final name; durable as for writeFileAtomic.
+func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64, durable bool) error {
 	src, err := os.Open(srcPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -45,7 +45,7 @@ func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64) 
 		return fmt.Errorf("target size %d is smaller than source %s of %d bytes", growTo, srcPath, size)
 	}
 
-	return writeFileAtomic(dstPath, func(dst *os.File) error {
+	return writeFileAtomic(dstPath, durable, func(dst *os.File) error {
 		if err := cloneOrCopy(ctx, dst, src, size); err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64) 
 
 // writeFileAtomic lets fill write a temporary file in path's directory, then syncs it and renames it to path.
 // On any error the temporary file is removed and path is left as it was.
-func writeFileAtomic(path string, fill func(*os.File) error) (err error) {
+func writeFileAtomic(path string, durable bool, fill func(*os.File) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -75,14 +75,19 @@ func writeFileAtomic(path string, fill func(*os.File) error) (err error) {
 	if err := fill(tmp); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename into place: %w", err)
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }

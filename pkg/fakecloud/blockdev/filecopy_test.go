@@ -63,7 +63,7 @@ func TestCopiesStaySparse(t *testing.T) {
 			return bufferedCopy(ctx, dst, src, 0, size)
 		})},
 		{"reflink or copy, atomic", func(t *testing.T, dst string) {
-			if err := copyFileAtomic(context.Background(), dst, src, 0); err != nil {
+			if err := copyFileAtomic(context.Background(), dst, src, 0, true); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -98,17 +98,17 @@ func TestCopyFileAtomicErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(dir, "dst")
-	if err := copyFileAtomic(context.Background(), dst, filepath.Join(dir, "missing"), 0); !isNotFound(err) {
+	if err := copyFileAtomic(context.Background(), dst, filepath.Join(dir, "missing"), 0, true); !isNotFound(err) {
 		t.Fatalf("missing source: err = %v, want ErrNotFound", err)
 	}
-	if err := copyFileAtomic(context.Background(), dst, src, 100); err == nil {
+	if err := copyFileAtomic(context.Background(), dst, src, 100, true); err == nil {
 		t.Fatal("growing to less than the source succeeded")
 	}
 	// A cancelled copy must leave neither dst nor a temporary file. (A reflink may finish before the context
 	// is looked at; then dst simply exists.)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := copyFileAtomic(ctx, dst, src, 0)
+	err := copyFileAtomic(ctx, dst, src, 0, true)
 	if _, statErr := os.Stat(dst); err != nil && statErr == nil {
 		t.Fatalf("failed copy (%v) left %s behind", err, dst)
 	}

@@ -21,11 +21,11 @@ type LoopBackend struct {
 var _ Backend = (*LoopBackend)(nil)
 
 // NewLoopBackend uses the same file layout as NewFileBackend. It fails when Available does.
-func NewLoopBackend(dataDir string) (*LoopBackend, error) {
+func NewLoopBackend(dataDir string, opts ...Option) (*LoopBackend, error) {
 	if err := Available(); err != nil {
 		return nil, fmt.Errorf("blockdev: loop backend unavailable: %w", err)
 	}
-	s, err := newFileStore(dataDir)
+	s, err := newFileStore(dataDir, opts...)
 	if err != nil {
 		return nil, err
 	}
