@@ -58,8 +58,9 @@ func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64, 
 	})
 }
 
-// writeFileAtomic lets fill write a temporary file in path's directory, then syncs it and renames it to path.
-// On any error the temporary file is removed and path is left as it was.
+// writeFileAtomic lets fill write a temporary file in path's directory, then renames it to path; durable syncs
+// the file before and the directory after. On any error the temporary file is removed and path is left as it
+// was.
 func writeFileAtomic(path string, durable bool, fill func(*os.File) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
