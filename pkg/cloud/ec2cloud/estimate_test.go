@@ -2,6 +2,7 @@ package ec2cloud
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +127,33 @@ func TestLearnedFirstPollWithinDeadline(t *testing.T) {
 	ctx := ctxTimeout(t, 3*time.Second)
 	if _, err := e.CreateDisk(ctx, "slow-estimate", cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
 		t.Fatalf("CreateDisk with a 3s deadline under a 54s estimate: %v", err)
+	}
+}
+
+// TestSettledBurstLooksTwice: waits that learned a 1 s transition and start spread over 80 ms, as a burst of
+// creates is accepted, see it end with two looks: the first, due when the earliest wait's sleep ends, and one
+// a settle interval later, which serves the rest. With Initial (50 ms) after the sleep there were three.
+func TestSettledBurstLooksTwice(t *testing.T) {
+	const create, spread, waits = time.Second, 80 * time.Millisecond, 12
+	e := newTestEnv(t, fakecloudtest.Options{Durations: state.Durations{VolumeCreate: create}}, func(o *Options) {
+		o.Wait = WaitOptions{Jitter: -1}
+	})
+	for range estimateWindow {
+		e.estimates.record(waitCreate, create, create)
+	}
+	ctx := ctxTimeout(t, time.Minute)
+	before := e.calls(t)["DescribeVolumes"]
+	var wg sync.WaitGroup
+	for i := range waits {
+		wg.Go(func() {
+			time.Sleep(spread * time.Duration(i) / (waits - 1))
+			if _, err := e.CreateDisk(ctx, fmt.Sprintf("burst-%d", i), cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if looks := e.calls(t)["DescribeVolumes"] - before; looks > 2 {
+		t.Errorf("%d waits spread over %v took %.0f DescribeVolumes, want 2", waits, spread, looks)
 	}
 }
