@@ -77,9 +77,9 @@ func (w WaitOptions) newBackOff() backoff.BackOff { return w.backOffFrom(w.Initi
 // to latency at a tenth.
 const settleFraction = 10
 
-// settleInterval is the first interval after a sleep of estimate.
+// settleInterval is the first interval after a sleep of estimate, within [Initial, Max].
 func (w WaitOptions) settleInterval(estimate time.Duration) time.Duration {
-	return max(w.Initial, estimate/settleFraction)
+	return min(w.Max, max(w.Initial, estimate/settleFraction))
 }
 
 // backOffFrom is the schedule of newBackOff starting at initial.

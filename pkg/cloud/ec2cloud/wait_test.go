@@ -134,4 +134,14 @@ func TestWaitOptionsDefaultsAndSchedule(t *testing.T) {
 			t.Errorf("interval %d = %v, want %v", i, got, ms*time.Millisecond)
 		}
 	}
+	// After a sleep through an estimate, a tenth of it, within [Initial, Max].
+	for _, c := range []struct{ estimate, want time.Duration }{
+		{50 * time.Millisecond, 10 * time.Millisecond},
+		{300 * time.Millisecond, 30 * time.Millisecond},
+		{time.Minute, 50 * time.Millisecond},
+	} {
+		if got := w.settleInterval(c.estimate); got != c.want {
+			t.Errorf("settle interval after %v = %v, want %v", c.estimate, got, c.want)
+		}
+	}
 }
