@@ -270,6 +270,40 @@ func TestFindByBackingBase(t *testing.T) {
 	}
 }
 
+// TestFindByBackingBaseReadsSizedDevices: with a partitions list, only the loop devices it names are read, so a
+// binding the list leaves out (of size 0, or not sized yet) is not found; without the list every device is read.
+func TestFindByBackingBaseReadsSizedDevices(t *testing.T) {
+	sys := fakeSysfs(t, map[string]fakeDev{
+		"loop0": {backing: "/d/volumes/vol-listed.img"},
+		"loop1": {backing: "/d/volumes/vol-unlisted.img"},
+		"loop2": {},
+	})
+	list := filepath.Join(t.TempDir(), "partitions")
+	content := "major minor  #blocks  name\n\n 254        0  268435456 vda\n   7        0    1048576 loop0\n" +
+		"   7        2    1048576 loop2\n 259        1    1048576 loop0p1\n"
+	if err := os.WriteFile(list, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, partitions, base, want string
+	}{
+		{"listed", list, "vol-listed.img", "loop0"},
+		{"not listed", list, "vol-unlisted.img", ""},
+		{"no list: every device", "", "vol-unlisted.img", "loop1"},
+		{"unreadable list: every device", filepath.Join(t.TempDir(), "missing"), "vol-unlisted.img", "loop1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sys
+			s.Partitions = tc.partitions
+			d, ok, err := s.FindByBackingBase(tc.base)
+			if err != nil || ok != (tc.want != "") || d.Name != tc.want {
+				t.Fatalf("FindByBackingBase(%q) = %q, %v, %v; want %q", tc.base, d.Name, ok, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoopNumber(t *testing.T) {
 	tests := []struct {
 		name string
