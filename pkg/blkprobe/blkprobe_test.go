@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/diskforge/diskforge/internal/hostclean"
 	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 )
@@ -26,38 +25,10 @@ const (
 // mountUtilsProbe is the probe mount-utils' GetDiskFormat runs: superblocks and partition tables, low-level.
 var mountUtilsProbe = []string{"-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export"}
 
-// loopDevice binds a loop device with the given logical sector size to a sparse file of size bytes, after
-// prepare (when set) has written to the file. The device is released at cleanup, also when the test fails.
+// loopDevice is testutil.LoopDevice in a directory of the test's own.
 func loopDevice(t *testing.T, size int64, sector int, prepare func(file string)) string {
 	t.Helper()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := hostclean.ReleaseLoopsUnder(dir); err != nil {
-			t.Logf("cleanup: %v", err)
-		}
-	})
-	file := filepath.Join(dir, "disk.img")
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(f.Truncate(size), f.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if prepare != nil {
-		prepare(file)
-	}
-	out, err := exec.Command("losetup", "--find", "--show", "--sector-size", strconv.Itoa(sector), file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup %s: %v: %s", file, err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Logf("cleanup: losetup -d %s: %v: %s", dev, err, out)
-		}
-	})
-	return dev
+	return testutil.LoopDevice(t, t.TempDir(), size, sector, prepare)
 }
 
 func requireLoop(t *testing.T, tools ...string) {

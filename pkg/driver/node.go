@@ -12,6 +12,7 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
+	"github.com/diskforge/diskforge/pkg/kernelmount"
 	"github.com/diskforge/diskforge/pkg/loopdev"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
@@ -82,7 +83,8 @@ func NewNodeServer(o NodeOptions) (*NodeServer, error) {
 	if m == nil {
 		// Not through systemd-run: a kernel filesystem needs no scope to outlive the plugin, and probing for
 		// systemd costs every first mount a process spawn.
-		m = mount.NewSafeFormatAndMount(mount.NewWithoutSystemd(""), exec.New(),
+		// Block filesystems and plain binds by mount(2): mount(8) would add a process to every stage and publish.
+		m = mount.NewSafeFormatAndMount(kernelmount.New(mount.NewWithoutSystemd("")), exec.New(),
 			mount.WithMaxConcurrentFormat(o.MaxConcurrentFormat, formatTokenTimeout))
 	}
 	devices := o.Devices
