@@ -85,10 +85,29 @@ type controllerBench struct {
 
 type namedBin struct{ name, path string }
 
+// driversFlagHelp is the help of every benchmark's --drivers.
+const driversFlagHelp = "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)"
+
+// parseDrivers reads --drivers: NAME=PATH items, or the driver in binDir when spec is empty.
+func parseDrivers(spec, binDir string) ([]namedBin, error) {
+	if spec == "" {
+		spec = "current=" + filepath.Join(binDir, "driver")
+	}
+	var bins []namedBin
+	for _, item := range strings.Split(spec, ",") {
+		name, path, ok := strings.Cut(item, "=")
+		if !ok || name == "" || path == "" || strings.ContainsRune(name, '/') {
+			return nil, fmt.Errorf("--drivers: %q is not NAME=PATH", item)
+		}
+		bins = append(bins, namedBin{name, path})
+	}
+	return bins, nil
+}
+
 func runController(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("controller", flag.ExitOnError)
 	binDir := fs.String("bin", "bin", "directory of the fakecloud and driver binaries")
-	drivers := fs.String("drivers", "", "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)")
+	drivers := fs.String("drivers", "", driversFlagHelp)
 	b := &controllerBench{}
 	fs.IntVar(&b.cycles, "cycles", 100, "parallel cycles per run")
 	fs.IntVar(&b.nodes, "nodes", 10, "instances the volumes are published to")
@@ -108,15 +127,9 @@ func runController(ctx context.Context, args []string) error {
 		b.starts = append(b.starts, st)
 	}
 	b.fakecloud = filepath.Join(*binDir, "fakecloud")
-	if *drivers == "" {
-		*drivers = "current=" + filepath.Join(*binDir, "driver")
-	}
-	for _, item := range strings.Split(*drivers, ",") {
-		name, path, ok := strings.Cut(item, "=")
-		if !ok || name == "" || path == "" {
-			return fmt.Errorf("--drivers: %q is not NAME=PATH", item)
-		}
-		b.drivers = append(b.drivers, namedBin{name, path})
+	var err error
+	if b.drivers, err = parseDrivers(*drivers, *binDir); err != nil {
+		return err
 	}
 	for _, p := range profiles {
 		if slices.Contains(strings.Split(*only, ","), p.Name) {
@@ -357,23 +370,20 @@ type modifyResult struct {
 func runModify(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("modify", flag.ExitOnError)
 	binDir := fs.String("bin", "bin", "directory of the fakecloud and driver binaries")
-	drivers := fs.String("drivers", "", "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)")
+	drivers := fs.String("drivers", "", driversFlagHelp)
 	volumes := fs.Int("volumes", 20, "volumes resized in parallel")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *drivers == "" {
-		*drivers = "current=" + filepath.Join(*binDir, "driver")
+	bins, err := parseDrivers(*drivers, *binDir)
+	if err != nil {
+		return err
 	}
 	enc := json.NewEncoder(os.Stdout)
-	for _, item := range strings.Split(*drivers, ",") {
-		name, path, ok := strings.Cut(item, "=")
-		if !ok {
-			return fmt.Errorf("--drivers: %q is not NAME=PATH", item)
-		}
-		r, err := modifyRun(ctx, filepath.Join(*binDir, "fakecloud"), name, path, *volumes)
+	for _, d := range bins {
+		r, err := modifyRun(ctx, filepath.Join(*binDir, "fakecloud"), d.name, d.path, *volumes)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", d.name, err)
 		}
 		if err := enc.Encode(r); err != nil {
 			return err

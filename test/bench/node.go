@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 )
 
-// nodeResult compares NodeStageVolume with the same mkfs and mount run by hand, on identical blank devices.
+// nodeResult compares one driver's NodeStageVolume with the same mkfs and mount run by hand, on identical blank
+// devices, in the same rounds as the other drivers of the run.
 type nodeResult struct {
+	Driver  string `json:"driver"`
 	FSType  string `json:"fsType"`
 	SizeGiB int    `json:"sizeGiB"`
 	Runs    int    `json:"runs"`
@@ -26,16 +29,21 @@ type nodeResult struct {
 	RawMedianMS   float64 `json:"rawMedianMs"`
 	StageMedianMS float64 `json:"stageMedianMs"`
 	Ratio         float64 `json:"ratio"`
-	// PairRatio is the median over the pairs of one hand run and one stage run next to each other of their
-	// ratio: steadier than Ratio on a machine whose load drifts between the pairs.
+	// PairRatio is the median over the rounds of the ratio of this driver's stage to the hand run of the same
+	// round: steadier than Ratio on a machine whose load drifts between rounds.
 	PairRatio float64   `json:"pairRatio"`
 	RawMS     []float64 `json:"rawMs"`
 	StageMS   []float64 `json:"stageMs"`
 }
 
+// stageDriver is one driver under test, serving the node RPCs.
+type stageDriver struct {
+	name string
+	node csi.NodeClient
+}
+
 type nodeBench struct {
 	dir   string
-	node  csi.NodeClient
 	loops []string
 	mnts  []string
 	seq   int
@@ -44,12 +52,12 @@ type nodeBench struct {
 func runNode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("node", flag.ExitOnError)
 	binDir := fs.String("bin", "bin", "directory of the driver binary")
-	driver := fs.String("driver", "", "driver binary (default <bin>/driver)")
-	runs := fs.Int("runs", 5, "measurements of each kind per filesystem")
+	drivers := fs.String("drivers", "", driversFlagHelp)
+	runs := fs.Int("runs", 5, "rounds per filesystem; each round runs the commands by hand once and every driver's stage once")
 	sizeGiB := fs.Int("size", 1, "volume size in GiB")
 	fsTypes := fs.String("fs", "ext4,xfs", "filesystems")
-	verbosity := fs.Int("v", 0, "the driver's log verbosity")
-	keep := fs.Bool("keep", false, "keep the driver's log (the directory is printed)")
+	verbosity := fs.Int("v", 0, "the drivers' log verbosity")
+	keep := fs.Bool("keep", false, "keep the drivers' logs (the directory is printed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,8 +69,9 @@ func runNode(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s is needed: %w", tool, err)
 		}
 	}
-	if *driver == "" {
-		*driver = filepath.Join(*binDir, "driver")
+	bins, err := parseDrivers(*drivers, *binDir)
+	if err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "diskforge-nodebench-")
 	if err != nil {
@@ -73,83 +82,110 @@ func runNode(ctx context.Context, args []string) error {
 	} else {
 		defer func() { _ = os.RemoveAll(dir) }()
 	}
-	pr := &procs{dir: dir}
-	defer pr.stop()
-	conn, err := pr.startDriver(ctx, *driver, "--mode", "node", "--instance-id", "i-0be00000000000bench", "--zone", "us-east-1a",
-		"--max-volumes-per-node", "16", fmt.Sprintf("-v=%d", *verbosity))
-	if err != nil {
-		return err
+	var stagers []stageDriver
+	for _, d := range bins {
+		// Each driver in a directory of its own: its socket and its log.
+		pr := &procs{dir: filepath.Join(dir, d.name)}
+		defer pr.stop()
+		if err := os.Mkdir(pr.dir, 0o700); err != nil {
+			return err
+		}
+		conn, err := pr.startDriver(ctx, d.path, "--mode", "node", "--instance-id", "i-0be00000000000bench", "--zone", "us-east-1a",
+			"--max-volumes-per-node", "16", fmt.Sprintf("-v=%d", *verbosity))
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		defer func() { _ = conn.Close() }()
+		stagers = append(stagers, stageDriver{d.name, csi.NewNodeClient(conn)})
 	}
-	defer func() { _ = conn.Close() }()
-	b := &nodeBench{dir: dir, node: csi.NewNodeClient(conn)}
+	b := &nodeBench{dir: dir}
 	defer b.cleanup()
 	enc := json.NewEncoder(os.Stdout)
 	for _, fsType := range strings.Split(*fsTypes, ",") {
-		r, err := b.compare(ctx, fsType, *sizeGiB, *runs)
+		results, err := b.compare(ctx, fsType, *sizeGiB, *runs, stagers)
 		if err != nil {
 			return fmt.Errorf("%s: %w", fsType, err)
 		}
-		if err := enc.Encode(r); err != nil {
-			return err
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// compare alternates a hand-run mkfs+mount and a NodeStageVolume, each on a fresh blank device.
-func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs int) (*nodeResult, error) {
-	r := &nodeResult{FSType: fsType, SizeGiB: sizeGiB, Runs: runs}
+// compare runs, in each round, the mkfs and mount by hand and every driver's NodeStageVolume, each on a fresh
+// blank device; the kind that goes first moves by one each round, so none always runs on a quiet machine.
+func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs int, drivers []stageDriver) ([]*nodeResult, error) {
 	mkfs, mountOpts := []string{"-F", "-m0"}, "defaults"
 	if fsType == "xfs" {
 		// What the driver runs: mount-utils' mkfs flags, and nouuid (restored snapshots share their UUID).
 		mkfs, mountOpts = []string{"-f"}, "nouuid,defaults"
 	}
-	r.RawCommand = fmt.Sprintf("mkfs.%s %s DEV && mount -t %s -o %s DEV DIR", fsType, strings.Join(mkfs, " "), fsType, mountOpts)
-	for i := range 2 * runs {
-		id, dev, err := b.blankDevice(sizeGiB)
-		if err != nil {
-			return nil, err
-		}
-		target := filepath.Join(b.dir, "mnt-"+id)
-		if err := os.MkdirAll(target, 0o750); err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		if (i%2 == 0) == (i/2%2 == 0) {
-			if err := run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...); err != nil {
-				return nil, err
-			}
-			if err := run("mount", "-t", fsType, "-o", mountOpts, dev, target); err != nil {
-				return nil, err
-			}
-			r.RawMS = append(r.RawMS, ms(time.Since(start)))
-			b.mnts = append(b.mnts, target)
-		} else {
-			_, err := b.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
-				PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
-				VolumeCapability: &csi.VolumeCapability{
-					AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
-					AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
-			elapsed := time.Since(start)
-			b.mnts = append(b.mnts, target)
+	rawCommand := fmt.Sprintf("mkfs.%s %s DEV && mount -t %s -o %s DEV DIR", fsType, strings.Join(mkfs, " "), fsType, mountOpts)
+	var raw []float64
+	stage := make([][]float64, len(drivers))
+	// Kind -1 is the hand run, kind i driver i.
+	kinds := make([]int, len(drivers)+1)
+	for i := range kinds {
+		kinds[i] = i - 1
+	}
+	for round := range runs {
+		for j := range kinds {
+			kind := kinds[(j+round)%len(kinds)]
+			id, dev, err := b.blankDevice(sizeGiB)
 			if err != nil {
-				return nil, fmt.Errorf("NodeStageVolume: %w", grpcErr(err))
+				return nil, err
 			}
-			r.StageMS = append(r.StageMS, ms(elapsed))
-		}
-		if err := b.release(); err != nil {
-			return nil, err
+			target := filepath.Join(b.dir, "mnt-"+id)
+			if err := os.MkdirAll(target, 0o750); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if kind < 0 {
+				if err := run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...); err != nil {
+					return nil, err
+				}
+				if err := run("mount", "-t", fsType, "-o", mountOpts, dev, target); err != nil {
+					return nil, err
+				}
+				raw = append(raw, ms(time.Since(start)))
+				b.mnts = append(b.mnts, target)
+			} else {
+				_, err := drivers[kind].node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
+					PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
+					VolumeCapability: &csi.VolumeCapability{
+						AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+						AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
+				elapsed := time.Since(start)
+				b.mnts = append(b.mnts, target)
+				if err != nil {
+					return nil, fmt.Errorf("%s: NodeStageVolume: %w", drivers[kind].name, grpcErr(err))
+				}
+				stage[kind] = append(stage[kind], ms(elapsed))
+			}
+			if err := b.release(); err != nil {
+				return nil, err
+			}
+			// The released device's writes reach the disk now, not during the next run: on a small VM their
+			// writeback doubled some runs of either kind.
+			unix.Sync()
 		}
 	}
-	r.RawMedianMS, r.StageMedianMS = median(r.RawMS), median(r.StageMS)
-	r.Ratio = round(r.StageMedianMS / r.RawMedianMS)
-	// Runs 2k and 2k+1 are one of each kind.
-	pairs := make([]float64, len(r.RawMS))
-	for i := range pairs {
-		pairs[i] = r.StageMS[i] / r.RawMS[i]
+	var out []*nodeResult
+	for i, d := range drivers {
+		r := &nodeResult{Driver: d.name, FSType: fsType, SizeGiB: sizeGiB, Runs: runs, RawCommand: rawCommand,
+			RawMS: raw, StageMS: stage[i], RawMedianMS: median(raw), StageMedianMS: median(stage[i])}
+		r.Ratio = round(r.StageMedianMS / r.RawMedianMS)
+		pairs := make([]float64, runs)
+		for k := range pairs {
+			pairs[k] = stage[i][k] / raw[k]
+		}
+		r.PairRatio = round(median(pairs))
+		out = append(out, r)
 	}
-	r.PairRatio = round(median(pairs))
-	return r, nil
+	return out, nil
 }
 
 // blankDevice makes a sparse file named like fakecloud's volumes (<volume ID>.img, which the node plugin
