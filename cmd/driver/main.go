@@ -105,7 +105,9 @@ func run(o *options) error {
 		if err != nil {
 			return fmt.Errorf("cloud: %w", err)
 		}
-		services.Controller = driver.NewControllerServer(c)
+		ctrl := driver.NewControllerServer(c)
+		go ctrl.LearnZones(ctx)
+		services.Controller = ctrl
 	}
 	if o.mode != modeController {
 		node, err := newNode(ctx, o)

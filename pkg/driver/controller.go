@@ -57,6 +57,15 @@ func (c *ControllerServer) offeredZones(ctx context.Context) ([]string, error) {
 	return c.zones, nil
 }
 
+// LearnZones lists the region's zones ahead of the first CreateVolume, which would otherwise wait for the call
+// (CreateVolumes that arrive meanwhile wait for this one call, not a call each). A failure is only logged: the
+// first CreateVolume lists them again.
+func (c *ControllerServer) LearnZones(ctx context.Context) {
+	if _, err := c.offeredZones(ctx); err != nil {
+		klog.ErrorS(err, "Listing the region's zones at start failed; the first CreateVolume lists them")
+	}
+}
+
 // sizeGiB turns a capacity range into whole GiB: the required size rounded up, within the limit.
 func sizeGiB(r *csi.CapacityRange, fallback int64) (int32, error) {
 	required, limit := r.GetRequiredBytes(), r.GetLimitBytes()

@@ -298,6 +298,32 @@ func ec2Calls(t *testing.T, env *fakecloudtest.Env) map[string]float64 {
 
 // TestControllerPublishCalls: a publish costs one (batched) DescribeVolumes and one AttachVolume, no
 // DescribeInstances per publish; publishing again answers from the attachment read, with no AttachVolume.
+// TestLearnZones: zones learnt at start are not asked again by CreateVolume; without it, the first CreateVolume
+// asks, once.
+func TestLearnZones(t *testing.T) {
+	ctx := context.Background()
+	for _, learn := range []bool{true, false} {
+		c, env := newTestController(t)
+		if learn {
+			c.LearnZones(ctx)
+		}
+		before := ec2Calls(t, env)
+		for _, name := range []string{"pvc-zones-1", "pvc-zones-2"} {
+			if _, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+				AccessibilityRequirements: &csi.TopologyRequirement{Preferred: zoneReq("us-east-1b")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := 1.0
+		if learn {
+			want = 0
+		}
+		if n := ec2Calls(t, env)["DescribeAvailabilityZones"] - before["DescribeAvailabilityZones"]; n != want {
+			t.Errorf("learnt at start %v: two CreateVolumes made %v DescribeAvailabilityZones calls, want %v", learn, n, want)
+		}
+	}
+}
+
 func TestControllerPublishCalls(t *testing.T) {
 	c, env := newTestController(t)
 	ctx := context.Background()
