@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 )
 
 // isolateSDKConfig points the SDK's configuration chain at nothing, so the test decides what it finds.
@@ -67,7 +69,11 @@ func TestConfigFromSDKChain(t *testing.T) {
 // most of its connections anew: TCP and, against EC2, TLS handshakes.
 func TestBurstsReuseConnections(t *testing.T) {
 	isolateSDKConfig(t)
-	fc := fakecloudtest.Start(t, fakecloudtest.Options{NoSync: true})
+	// Each call takes 100 ms, so that a burst holds all its calls in flight at once and needs a connection
+	// each: without it, calls that end before others start share connections, and how many the first burst
+	// opened says nothing of how many the second needs.
+	fc := fakecloudtest.Start(t, fakecloudtest.Options{NoSync: true,
+		Faults: faults.Config{Latency: map[string]faults.Duration{"DescribeAvailabilityZones": faults.Duration(100 * time.Millisecond)}}})
 	c, err := New(context.Background(), Options{Endpoint: fc.URL, Region: fc.Region,
 		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey})
 	if err != nil {
@@ -91,6 +97,9 @@ func TestBurstsReuseConnections(t *testing.T) {
 	}
 	burst()
 	first := fc.Connections()
+	if first < parallel {
+		t.Fatalf("the first burst of %d calls opened %d connections; want one each", parallel, first)
+	}
 	burst()
 	if opened := fc.Connections() - first; opened > parallel/8 {
 		t.Errorf("the second burst of %d calls opened %d connections (the first opened %d); want them reused", parallel, opened, first)
