@@ -296,8 +296,6 @@ func ec2Calls(t *testing.T, env *fakecloudtest.Env) map[string]float64 {
 	return out
 }
 
-// TestControllerPublishCalls: a publish costs one (batched) DescribeVolumes and one AttachVolume, no
-// DescribeInstances per publish; publishing again answers from the attachment read, with no AttachVolume.
 // TestLearnZones: zones learnt at start are not asked again by CreateVolume; without it, the first CreateVolume
 // asks, once.
 func TestLearnZones(t *testing.T) {
@@ -324,6 +322,8 @@ func TestLearnZones(t *testing.T) {
 	}
 }
 
+// TestControllerPublishCalls: a publish costs one (batched) DescribeVolumes and one AttachVolume, no
+// DescribeInstances per publish; publishing again answers from the attachment read, with no AttachVolume.
 func TestControllerPublishCalls(t *testing.T) {
 	c, env := newTestController(t)
 	ctx := context.Background()

@@ -80,13 +80,7 @@ var fallbackOptions = map[string]bool{
 // block filesystem whose options are kernel flags or the filesystem's own (passed to it as data), or a bind
 // (fstype empty) with no option but ro or rw.
 func Direct(fstype string, options []string) bool {
-	bind := false
-	for _, o := range options {
-		if o == "bind" {
-			bind = true
-		}
-	}
-	if bind {
+	if slices.Contains(options, "bind") {
 		if fstype != "" && fstype != "none" {
 			return false
 		}

@@ -126,51 +126,23 @@ func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs in
 	rawCommand := fmt.Sprintf("mkfs.%s %s DEV && mount -t %s -o %s DEV DIR", fsType, strings.Join(mkfs, " "), fsType, mountOpts)
 	var raw []float64
 	stage := make([][]float64, len(drivers))
-	// Kind -1 is the hand run, kind i driver i.
-	kinds := make([]int, len(drivers)+1)
-	for i := range kinds {
-		kinds[i] = i - 1
-	}
 	for round := range runs {
-		for j := range kinds {
-			kind := kinds[(j+round)%len(kinds)]
-			id, dev, err := b.blankDevice(sizeGiB)
+		// Kind 0 is the hand run, kind i driver i-1.
+		for j := range len(drivers) + 1 {
+			kind := (j + round) % (len(drivers) + 1)
+			var stager *stageDriver
+			if kind > 0 {
+				stager = &drivers[kind-1]
+			}
+			took, err := b.timeOne(ctx, fsType, sizeGiB, mkfs, mountOpts, stager)
 			if err != nil {
 				return nil, err
 			}
-			target := filepath.Join(b.dir, "mnt-"+id)
-			if err := os.MkdirAll(target, 0o750); err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			if kind < 0 {
-				if err := run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...); err != nil {
-					return nil, err
-				}
-				if err := run("mount", "-t", fsType, "-o", mountOpts, dev, target); err != nil {
-					return nil, err
-				}
-				raw = append(raw, ms(time.Since(start)))
-				b.mnts = append(b.mnts, target)
+			if stager == nil {
+				raw = append(raw, took)
 			} else {
-				_, err := drivers[kind].node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
-					PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
-					VolumeCapability: &csi.VolumeCapability{
-						AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
-						AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
-				elapsed := time.Since(start)
-				b.mnts = append(b.mnts, target)
-				if err != nil {
-					return nil, fmt.Errorf("%s: NodeStageVolume: %w", drivers[kind].name, grpcErr(err))
-				}
-				stage[kind] = append(stage[kind], ms(elapsed))
+				stage[kind-1] = append(stage[kind-1], took)
 			}
-			if err := b.release(); err != nil {
-				return nil, err
-			}
-			// The released device's writes reach the disk now, not during the next run: on a small VM their
-			// writeback doubled some runs of either kind.
-			unix.Sync()
 		}
 	}
 	var out []*nodeResult
@@ -186,6 +158,44 @@ func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs in
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// timeOne formats and mounts a fresh blank device, by hand (stager nil) or through the stager's NodeStageVolume,
+// and returns how long that took in ms. The device is released and its writes synced before it returns.
+func (b *nodeBench) timeOne(ctx context.Context, fsType string, sizeGiB int, mkfs []string, mountOpts string, stager *stageDriver) (float64, error) {
+	id, dev, err := b.blankDevice(sizeGiB)
+	if err != nil {
+		return 0, err
+	}
+	target := filepath.Join(b.dir, "mnt-"+id)
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if stager == nil {
+		err = run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...)
+		if err == nil {
+			err = run("mount", "-t", fsType, "-o", mountOpts, dev, target)
+		}
+	} else {
+		_, err = stager.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
+			PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
+			VolumeCapability: &csi.VolumeCapability{
+				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+				AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
+		if err != nil {
+			err = fmt.Errorf("%s: NodeStageVolume: %w", stager.name, grpcErr(err))
+		}
+	}
+	took := ms(time.Since(start))
+	b.mnts = append(b.mnts, target)
+	if err := errors.Join(err, b.release()); err != nil {
+		return 0, err
+	}
+	// The released device's writes reach the disk now, not during the next run: on a small VM their writeback
+	// doubled some runs of either kind.
+	unix.Sync()
+	return took, nil
 }
 
 // blankDevice makes a sparse file named like fakecloud's volumes (<volume ID>.img, which the node plugin
