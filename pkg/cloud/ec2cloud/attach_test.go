@@ -1,6 +1,8 @@
 package ec2cloud
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -307,4 +309,33 @@ func TestAttachWhileDetaching(t *testing.T) {
 	}
 	_, err := e.AttachDisk(testCtx(t), d.ID, inst1)
 	wantKinds(t, err, cloud.ErrIncorrectState)
+}
+
+// TestAttachToVanishingInstance: parallel attaches to an instance that disappears while they run all answer
+// NotFound (or succeed, when they beat its removal), and none panics.
+func TestAttachToVanishingInstance(t *testing.T) {
+	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(40)})
+	const n = 16
+	disks := make([]*cloud.Disk, n)
+	for i := range disks {
+		disks[i] = e.mustCreate(t, fmt.Sprintf("pvc-vanish-%d", i), cloud.DiskOptions{})
+	}
+	// Learn the instance's devices first, so that the attaches below pick from a learned instance.
+	if _, err := e.AttachDisk(testCtx(t), disks[0].ID, inst1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fc.Server.State.RemoveInstance(inst1); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 1; i < n; i++ {
+		wg.Go(func() { _, errs[i] = e.AttachDisk(testCtx(t), disks[i].ID, inst1) })
+	}
+	wg.Wait()
+	for i, err := range errs[1:] {
+		if !errors.Is(err, cloud.ErrNotFound) {
+			t.Errorf("attach %d to a removed instance: %v, want ErrNotFound", i+1, err)
+		}
+	}
 }

@@ -121,28 +121,31 @@ func (a *deviceAllocator) learn(ctx context.Context, instanceID string, force bo
 // allocate reserves a device name for volumeID on the instance. A volume that already holds a name there
 // gets it again.
 func (a *deviceAllocator) allocate(ctx context.Context, instanceID, volumeID string) (string, error) {
-	if err := a.learn(ctx, instanceID, false); err != nil {
-		return "", err
-	}
-	if dev, ok := a.pick(instanceID, volumeID); ok {
-		return dev, nil
-	}
-	if err := a.learn(ctx, instanceID, true); err != nil {
-		return "", err
-	}
-	if dev, ok := a.pick(instanceID, volumeID); ok {
-		return dev, nil
+	for _, force := range []bool{false, true} {
+		if err := a.learn(ctx, instanceID, force); err != nil {
+			return "", err
+		}
+		dev, ok, err := a.pick(instanceID, volumeID)
+		if ok || err != nil {
+			return dev, err
+		}
 	}
 	return "", newError("attach disk", cloud.ErrLimitExceeded, "no free device name on instance %s", instanceID)
 }
 
-func (a *deviceAllocator) pick(instanceID, volumeID string) (string, bool) {
+// pick hands out a name from what is known of the instance. An instance forgotten since it was learned is
+// one EC2 has just said does not exist (a concurrent attach to it was refused): that is this attach's answer
+// too, without asking EC2 again.
+func (a *deviceAllocator) pick(instanceID, volumeID string) (string, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := a.instances[instanceID]
+	st, ok := a.instances[instanceID]
+	if !ok {
+		return "", false, newError("attach disk", cloud.ErrNotFound, "instance %s does not exist", instanceID)
+	}
 	for dev, use := range st.inUse {
 		if use.ours && use.volumeID == volumeID {
-			return dev, true
+			return dev, true, nil
 		}
 	}
 	for i := range deviceNames {
@@ -150,10 +153,10 @@ func (a *deviceAllocator) pick(instanceID, volumeID string) (string, bool) {
 		if _, taken := st.inUse[dev]; !taken {
 			a.set(st, dev, deviceUse{volumeID: volumeID, ours: true})
 			st.cursor = (st.cursor + i + 1) % len(deviceNames)
-			return dev, true
+			return dev, true, nil
 		}
 	}
-	return "", false
+	return "", false, nil
 }
 
 // takenElsewhere records that EC2 refused dev on the instance as already in use by someone else.

@@ -148,3 +148,40 @@ func TestDeviceAllocatorRunsOut(t *testing.T) {
 		t.Fatalf("after a name was freed: %q, %v; want /dev/xvdbb", d, err)
 	}
 }
+
+// TestDeviceAllocatorForgottenInstance: an instance forgotten between its learn and the pick (a concurrent
+// attach to it was told it does not exist) is not found by this attach either; nothing panics.
+func TestDeviceAllocatorForgottenInstance(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		run  func(a *deviceAllocator) error
+	}{
+		{"learn, forget, pick", func(a *deviceAllocator) error {
+			if err := a.learn(ctx, "i-1", false); err != nil {
+				return err
+			}
+			a.forget("i-1")
+			_, _, err := a.pick("i-1", "vol-1")
+			return err
+		}},
+		{"forgotten during allocate's learn", func(a *deviceAllocator) error {
+			_, err := a.allocate(ctx, "i-1", "vol-1")
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var a *deviceAllocator
+			a = newDeviceAllocator(func(context.Context, string) (map[string]string, error) {
+				// The concurrent attach's refusal lands while this learn is in flight.
+				defer a.forget("i-1")
+				return map[string]string{"/dev/xvda": ""}, nil
+			})
+			err := tc.run(a)
+			if !errors.Is(err, cloud.ErrNotFound) {
+				t.Fatalf("got %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
