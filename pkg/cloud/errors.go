@@ -17,6 +17,8 @@ var (
 	ErrIdempotentParameterMismatch = errors.New("idempotent parameter mismatch")
 	// ErrInvalidArgument: the cloud refused a parameter (value, combination, unknown zone, malformed ID...).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrOutOfRange: the size is one the disk's type does not allow (too large, or below its minimum).
+	ErrOutOfRange = errors.New("size out of range")
 	// ErrLimitExceeded: a quota or limit was reached (disks, attachments per instance, IOPS, snapshots).
 	ErrLimitExceeded = errors.New("limit exceeded")
 	// ErrInsufficientCapacity: the cloud has no room for the disk now (EC2's InsufficientVolumeCapacity). Unlike

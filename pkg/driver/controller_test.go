@@ -126,6 +126,12 @@ func TestControllerCreateVolume(t *testing.T) {
 		{name: "cloud refuses the type's limits", req: &csi.CreateVolumeRequest{Name: "pvc-e", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
 			Parameters: map[string]string{"type": "io1", "iops": "100000"}, CapacityRange: &csi.CapacityRange{RequiredBytes: 10 * gib}},
 			code: codes.InvalidArgument, errText: "maximum is 64000"},
+		{name: "size beyond the type's maximum", req: &csi.CreateVolumeRequest{Name: "pvc-big", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{"type": "standard"}, CapacityRange: &csi.CapacityRange{RequiredBytes: 2000 * gib}},
+			code: codes.OutOfRange, errText: "1–1024 GiB"},
+		{name: "size below the type's minimum", req: &csi.CreateVolumeRequest{Name: "pvc-small", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{"type": "st1"}, CapacityRange: &csi.CapacityRange{RequiredBytes: 10 * gib}},
+			code: codes.OutOfRange, errText: "125–16384 GiB"},
 		{name: "multi-node needs io1/io2", req: &csi.CreateVolumeRequest{Name: "pvc-f", VolumeCapabilities: []*csi.VolumeCapability{blockRWX},
 			Parameters: map[string]string{"type": "gp3"}}, code: codes.InvalidArgument, errText: "io1 or io2"},
 		{name: "multi-node io2 block", req: &csi.CreateVolumeRequest{Name: "pvc-g", VolumeCapabilities: []*csi.VolumeCapability{blockRWX},
@@ -269,6 +275,14 @@ func TestControllerExpandAndModify(t *testing.T) {
 	}
 	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: map[string]string{"encrypted": "true"}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("immutable parameter: %v, want InvalidArgument", err)
+	}
+	// Beyond gp3's 64 TiB: the same code CreateVolume gives (CSI: OUT_OF_RANGE for both).
+	if _, err := c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 70000 * gib}}); status.Code(err) != codes.OutOfRange {
+		t.Errorf("expand beyond the type's maximum: %v, want OutOfRange", err)
+	}
+	// Already as large: OK with the volume's size (the spec's SHOULD).
+	if got, err := c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 5 * gib}}); err != nil || got.GetCapacityBytes() != 10*gib {
+		t.Errorf("expand to less than the volume's size = %v, %v; want OK with 10 GiB", got, err)
 	}
 }
 

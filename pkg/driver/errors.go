@@ -29,6 +29,8 @@ func codeFor(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter):
 		return codes.InvalidArgument
+	case errors.Is(err, cloud.ErrOutOfRange):
+		return codes.OutOfRange
 	case errors.Is(err, cloud.ErrLimitExceeded), errors.Is(err, cloud.ErrInsufficientCapacity):
 		return codes.ResourceExhausted
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),

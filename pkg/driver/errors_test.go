@@ -30,6 +30,7 @@ func TestCodeFor(t *testing.T) {
 		{"no zone", fmt.Errorf("choose: %w", topology.ErrNoZone), codes.InvalidArgument},
 		{"bad parameter", invalidParam("x"), codes.InvalidArgument},
 		{"limit", wrap(cloud.ErrLimitExceeded), codes.ResourceExhausted},
+		{"size out of range", wrap(cloud.ErrOutOfRange), codes.OutOfRange},
 		{"insufficient capacity", wrap(cloud.ErrInsufficientCapacity), codes.ResourceExhausted},
 		{"zone mismatch", wrap(cloud.ErrZoneMismatch), codes.FailedPrecondition},
 		{"in use", wrap(cloud.ErrInUse), codes.FailedPrecondition},

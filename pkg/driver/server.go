@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
@@ -31,7 +32,7 @@ type Services struct {
 func NewGRPCServer(s Services, reg prometheus.Registerer) *grpc.Server {
 	m := newRPCMetrics(reg)
 	// Recovery is innermost, so that logging and metrics see a panic as the Internal error it becomes.
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, m.observe, recoverPanic))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, boundErrors, m.observe, recoverPanic))
 	csi.RegisterIdentityServer(srv, s.Identity)
 	if s.Controller != nil {
 		csi.RegisterControllerServer(srv, s.Controller)
@@ -44,7 +45,7 @@ func NewGRPCServer(s Services, reg prometheus.Registerer) *grpc.Server {
 
 // logRPC logs every call with its secrets stripped, and every failure.
 func logRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	klog.V(4).InfoS("RPC", "method", info.FullMethod, "request", protosanitizer.StripSecrets(req))
+	klog.V(4).InfoS("RPC", "method", info.FullMethod, "request", cutStringer{protosanitizer.StripSecrets(req)})
 	resp, err := handler(ctx, req)
 	if err != nil {
 		klog.ErrorS(err, "RPC failed", "method", info.FullMethod, "code", status.Code(err).String())
@@ -53,6 +54,44 @@ func logRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler gr
 	}
 	return resp, err
 }
+
+// maxEcho bounds what an error message or a logged request repeats: a message names the input it refuses, and
+// the input may be megabytes (a CSI name or path has no length limit on the wire). Sidecars copy messages into
+// Kubernetes events, which keep about a kilobyte anyway.
+const maxEcho = 1024
+
+// boundErrors cuts the message of a failed call to maxEcho bytes, keeping its code and details.
+func boundErrors(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	st := status.Convert(err)
+	if len(st.Message()) <= maxEcho {
+		return resp, err
+	}
+	p := st.Proto()
+	p.Message = cut(p.Message, maxEcho)
+	return resp, status.FromProto(p).Err()
+}
+
+// cut shortens s to at most max bytes (on a rune boundary), saying how much was left out.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	// Room for the note with any count: "… [" 5 bytes, 20 digits, " bytes cut]" 11.
+	end := max - 36
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + fmt.Sprintf("… [%d bytes cut]", len(s)-end)
+}
+
+// cutStringer formats a request for the log only when the log line is written, bounded like error messages.
+type cutStringer struct{ s fmt.Stringer }
+
+func (c cutStringer) String() string { return cut(c.s.String(), maxEcho) }
 
 // recoverPanic turns a panic in a handler into Internal, with the stack in the log, so that one bad request
 // cannot kill the plugin and every operation in flight with it. The handler's deferred releases (in-flight

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/volumetypes"
 )
 
 // modifiers runs the modifications of each volume one after the other, and coalesces the requests that meet
@@ -118,10 +119,11 @@ func (ms *modifiers) run(volumeID string, q *modifyQueue) {
 		ms.mu.Lock()
 		q.next = nil
 		settling := ms.unsettled[volumeID]
-		var now, later, shrink []*modifyRequest
+		var now, later []*modifyRequest
+		var refused []refusal
 		var opts cloud.ModifyOptions
 		if err == nil {
-			opts, now, later, shrink = merge(d, round.reqs)
+			opts, now, later, refused = merge(d, round.reqs)
 			for _, r := range later {
 				ms.join(q, r)
 			}
@@ -133,9 +135,8 @@ func (ms *modifiers) run(volumeID string, q *modifyQueue) {
 			round.cancel()
 			continue
 		}
-		if len(shrink) > 0 {
-			round.finish(shrink, modifyResult{err: newError("modify disk", cloud.ErrInvalidArgument,
-				"volume %s is %d GiB; it cannot shrink", volumeID, d.SizeGiB)})
+		for _, r := range refused {
+			round.finish([]*modifyRequest{r.req}, modifyResult{err: r.err})
 		}
 		if len(later) > 0 {
 			klog.V(4).InfoS("Modifications conflict; the later ones go next", "volumeID", volumeID, "now", len(now), "later", len(later))
@@ -162,19 +163,32 @@ func (r *modifyRound) finish(reqs []*modifyRequest, res modifyResult) {
 	}
 }
 
+// refusal is a request merge turned away, with its answer.
+type refusal struct {
+	req *modifyRequest
+	err error
+}
+
 // merge folds the requests of a round into the targets of one modification of d: the largest size, and the
 // type, IOPS and throughput asked for. A request asking a different value of something an earlier one set
 // goes to the next round (later); a ResizeDisk to a size d already has asks nothing; a ModifyDisk to a
-// smaller size is refused (shrink).
-func merge(d *cloud.Disk, reqs []*modifyRequest) (opts cloud.ModifyOptions, now, later, shrink []*modifyRequest) {
+// smaller size, and a size the target type does not allow, are refused.
+func merge(d *cloud.Disk, reqs []*modifyRequest) (opts cloud.ModifyOptions, now, later []*modifyRequest, refused []refusal) {
 	for _, r := range reqs {
 		o := r.opts
 		switch {
 		case r.grow && o.SizeGiB <= d.SizeGiB:
 			o.SizeGiB = 0
 		case o.SizeGiB > 0 && o.SizeGiB < d.SizeGiB:
-			shrink = append(shrink, r)
+			refused = append(refused, refusal{r, newError("modify disk", cloud.ErrInvalidArgument,
+				"volume %s is %d GiB; it cannot shrink", d.ID, d.SizeGiB)})
 			continue
+		}
+		if o.SizeGiB > 0 {
+			if err := volumetypes.CheckSize(cmp.Or(o.VolumeType, d.VolumeType), o.SizeGiB); err != nil {
+				refused = append(refused, refusal{r, newError("modify disk", cloud.ErrOutOfRange, "volume %s: %v", d.ID, err)})
+				continue
+			}
 		}
 		if conflicts(opts.VolumeType, o.VolumeType) || conflicts(opts.IOPS, o.IOPS) || conflicts(opts.Throughput, o.Throughput) {
 			later = append(later, r)
@@ -186,7 +200,7 @@ func merge(d *cloud.Disk, reqs []*modifyRequest) (opts cloud.ModifyOptions, now,
 		opts.IOPS = cmp.Or(opts.IOPS, o.IOPS)
 		opts.Throughput = cmp.Or(opts.Throughput, o.Throughput)
 	}
-	return opts, now, later, shrink
+	return opts, now, later, refused
 }
 
 func conflicts[T comparable](have, want T) bool {

@@ -133,7 +133,7 @@ func TestMergeModifications(t *testing.T) {
 		name                string
 		reqs                []*modifyRequest
 		want                cloud.ModifyOptions
-		now, later, shrinks int
+		now, later, refused int
 	}{
 		{"expand and modify fold into one", []*modifyRequest{grow(20), modify(cloud.ModifyOptions{IOPS: 4000})},
 			cloud.ModifyOptions{SizeGiB: 20, IOPS: 4000}, 2, 0, 0},
@@ -146,13 +146,17 @@ func TestMergeModifications(t *testing.T) {
 			cloud.ModifyOptions{IOPS: 4000, VolumeType: "io2"}, 2, 1, 0},
 		{"the same value twice is no conflict", []*modifyRequest{modify(cloud.ModifyOptions{Throughput: 250}), modify(cloud.ModifyOptions{Throughput: 250})},
 			cloud.ModifyOptions{Throughput: 250}, 2, 0, 0},
+		{"a size beyond the type's maximum is refused", []*modifyRequest{grow(70000), modify(cloud.ModifyOptions{IOPS: 4000})},
+			cloud.ModifyOptions{IOPS: 4000}, 1, 0, 1},
+		{"the size is checked against the type asked for", []*modifyRequest{modify(cloud.ModifyOptions{SizeGiB: 2000, VolumeType: "standard"})},
+			cloud.ModifyOptions{}, 0, 0, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, now, later, shrink := merge(d, tc.reqs)
-			if got != tc.want || len(now) != tc.now || len(later) != tc.later || len(shrink) != tc.shrinks {
-				t.Errorf("merge = %+v, %d now, %d later, %d shrink; want %+v, %d, %d, %d",
-					got, len(now), len(later), len(shrink), tc.want, tc.now, tc.later, tc.shrinks)
+			got, now, later, refused := merge(d, tc.reqs)
+			if got != tc.want || len(now) != tc.now || len(later) != tc.later || len(refused) != tc.refused {
+				t.Errorf("merge = %+v, %d now, %d later, %d refused; want %+v, %d, %d, %d",
+					got, len(now), len(later), len(refused), tc.want, tc.now, tc.later, tc.refused)
 			}
 		})
 	}

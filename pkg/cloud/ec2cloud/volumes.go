@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/volumetypes"
 )
 
 // maxTokenGenerations bounds how often CreateDisk steps past a token whose disk is being deleted.
@@ -47,6 +48,11 @@ func (c *Cloud) CreateDisk(ctx context.Context, name string, opts cloud.DiskOpti
 		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a size, a snapshot or a source disk is required", name)
 	case opts.SnapshotID != "" && opts.SourceDiskID != "":
 		return nil, newError(op, cloud.ErrInvalidArgument, "disk %q: a snapshot and a source disk are exclusive", name)
+	}
+	if opts.SizeGiB > 0 {
+		if err := volumetypes.CheckSize(opts.VolumeType, opts.SizeGiB); err != nil {
+			return nil, newError(op, cloud.ErrOutOfRange, "disk %q: %v", name, err)
+		}
 	}
 	submit, action := c.createVolume(name, opts), "CreateVolume"
 	if opts.SourceDiskID != "" {
