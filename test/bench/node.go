@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,22 +19,35 @@ import (
 )
 
 // nodeResult compares one driver's NodeStageVolume with the same mkfs and mount run by hand, on identical blank
-// devices, in the same rounds as the other drivers of the run.
+// devices, in the same rounds as the other drivers of the run. Two hand runs are the baselines: mkfs then
+// mount(8), as a person types it, and mkfs then mount(2) called directly, the fastest anyone could do.
 type nodeResult struct {
-	Driver  string `json:"driver"`
-	FSType  string `json:"fsType"`
-	SizeGiB int    `json:"sizeGiB"`
-	Runs    int    `json:"runs"`
-	// RawCommand is what was run by hand: the driver's mkfs and mount.
-	RawCommand    string  `json:"rawCommand"`
-	RawMedianMS   float64 `json:"rawMedianMs"`
-	StageMedianMS float64 `json:"stageMedianMs"`
-	Ratio         float64 `json:"ratio"`
-	// PairRatio is the median over the rounds of the ratio of this driver's stage to the hand run of the same
-	// round: steadier than Ratio on a machine whose load drifts between rounds.
-	PairRatio float64   `json:"pairRatio"`
-	RawMS     []float64 `json:"rawMs"`
-	StageMS   []float64 `json:"stageMs"`
+	Driver        string     `json:"driver"`
+	FSType        string     `json:"fsType"`
+	SizeGiB       int        `json:"sizeGiB"`
+	Runs          int        `json:"runs"`
+	StageMedianMS float64    `json:"stageMedianMs"`
+	StageMS       []float64  `json:"stageMs"`
+	Baselines     []baseline `json:"baselines"`
+}
+
+// baseline is one hand run and the driver's stage against it.
+type baseline struct {
+	Command  string    `json:"command"`
+	MedianMS float64   `json:"medianMs"`
+	MS       []float64 `json:"ms"`
+	// OverheadMS is what the driver adds: the stage's median less this baseline's.
+	OverheadMS float64 `json:"overheadMs"`
+	Ratio      float64 `json:"ratio"`
+	// PairRatio is the median over the rounds of the ratio of the stage to this hand run of the same round:
+	// steadier than Ratio on a machine whose load drifts between rounds.
+	PairRatio float64 `json:"pairRatio"`
+}
+
+// handRun is a baseline's way of mounting: by mount(8), or by mount(2) from this process.
+type handRun struct {
+	command string
+	mount   func(fsType, dev, target, opts string) error
 }
 
 // stageDriver is one driver under test, serving the node RPCs.
@@ -101,6 +115,7 @@ func runNode(ctx context.Context, args []string) error {
 	b := &nodeBench{dir: dir}
 	defer b.cleanup()
 	enc := json.NewEncoder(os.Stdout)
+	enc.SetEscapeHTML(false)
 	for _, fsType := range strings.Split(*fsTypes, ",") {
 		results, err := b.compare(ctx, fsType, *sizeGiB, *runs, stagers)
 		if err != nil {
@@ -115,54 +130,86 @@ func runNode(ctx context.Context, args []string) error {
 	return nil
 }
 
-// compare runs, in each round, the mkfs and mount by hand and every driver's NodeStageVolume, each on a fresh
-// blank device; the kind that goes first moves by one each round, so none always runs on a quiet machine.
+// compare runs, in each round, each hand run and every driver's NodeStageVolume, each on a fresh blank device;
+// the kind that goes first moves by one each round, so none always runs on a quiet machine.
 func (b *nodeBench) compare(ctx context.Context, fsType string, sizeGiB, runs int, drivers []stageDriver) ([]*nodeResult, error) {
-	mkfs, mountOpts := []string{"-F", "-m0"}, "defaults"
+	mkfs, data := []string{"-F", "-m0"}, ""
 	if fsType == "xfs" {
 		// What the driver runs: mount-utils' mkfs flags, and nouuid (restored snapshots share their UUID).
-		mkfs, mountOpts = []string{"-f"}, "nouuid,defaults"
+		mkfs, data = []string{"-f"}, "nouuid"
 	}
-	rawCommand := fmt.Sprintf("mkfs.%s %s DEV && mount -t %s -o %s DEV DIR", fsType, strings.Join(mkfs, " "), fsType, mountOpts)
-	var raw []float64
-	stage := make([][]float64, len(drivers))
+	mkfsCommand := fmt.Sprintf("mkfs.%s %s DEV", fsType, strings.Join(mkfs, " "))
+	hands := []handRun{
+		{fmt.Sprintf("%s && mount -t %s -o %s DEV DIR", mkfsCommand, fsType, cmp.Or(data, "defaults")),
+			func(fsType, dev, target, opts string) error {
+				return run("mount", "-t", fsType, "-o", cmp.Or(opts, "defaults"), dev, target)
+			}},
+		{fmt.Sprintf("%s && mount(2) %s DEV DIR %q", mkfsCommand, fsType, data),
+			func(fsType, dev, target, opts string) error {
+				if err := unix.Mount(dev, target, fsType, 0, opts); err != nil {
+					return fmt.Errorf("mount(2) %s on %s: %w", dev, target, err)
+				}
+				return nil
+			}},
+	}
+	kinds := len(hands) + len(drivers)
+	took := make([][]float64, kinds)
 	for round := range runs {
-		// Kind 0 is the hand run, kind i driver i-1.
-		for j := range len(drivers) + 1 {
-			kind := (j + round) % (len(drivers) + 1)
-			var stager *stageDriver
-			if kind > 0 {
-				stager = &drivers[kind-1]
+		for j := range kinds {
+			kind := (j + round) % kinds
+			var t float64
+			var err error
+			if kind < len(hands) {
+				t, err = b.timeOne(fsType, sizeGiB, func(_, dev, target string) error {
+					if err := run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...); err != nil {
+						return err
+					}
+					return hands[kind].mount(fsType, dev, target, data)
+				})
+			} else {
+				d := drivers[kind-len(hands)]
+				t, err = b.timeOne(fsType, sizeGiB, func(id, _, target string) error { return stage(ctx, d, id, target, fsType) })
 			}
-			took, err := b.timeOne(ctx, fsType, sizeGiB, mkfs, mountOpts, stager)
 			if err != nil {
 				return nil, err
 			}
-			if stager == nil {
-				raw = append(raw, took)
-			} else {
-				stage[kind-1] = append(stage[kind-1], took)
-			}
+			took[kind] = append(took[kind], t)
 		}
 	}
 	var out []*nodeResult
 	for i, d := range drivers {
-		r := &nodeResult{Driver: d.name, FSType: fsType, SizeGiB: sizeGiB, Runs: runs, RawCommand: rawCommand,
-			RawMS: raw, StageMS: stage[i], RawMedianMS: median(raw), StageMedianMS: median(stage[i])}
-		r.Ratio = round(r.StageMedianMS / r.RawMedianMS)
-		pairs := make([]float64, runs)
-		for k := range pairs {
-			pairs[k] = stage[i][k] / raw[k]
+		st := took[len(hands)+i]
+		r := &nodeResult{Driver: d.name, FSType: fsType, SizeGiB: sizeGiB, Runs: runs, StageMS: st, StageMedianMS: median(st)}
+		for h, hand := range hands {
+			raw := took[h]
+			pairs := make([]float64, runs)
+			for k := range pairs {
+				pairs[k] = st[k] / raw[k]
+			}
+			r.Baselines = append(r.Baselines, baseline{Command: hand.command, MS: raw, MedianMS: median(raw),
+				OverheadMS: round(r.StageMedianMS - median(raw)), Ratio: round(r.StageMedianMS / median(raw)), PairRatio: round(median(pairs))})
 		}
-		r.PairRatio = round(median(pairs))
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-// timeOne formats and mounts a fresh blank device, by hand (stager nil) or through the stager's NodeStageVolume,
-// and returns how long that took in ms. The device is released and its writes synced before it returns.
-func (b *nodeBench) timeOne(ctx context.Context, fsType string, sizeGiB int, mkfs []string, mountOpts string, stager *stageDriver) (float64, error) {
+// stage asks the driver to stage the volume, whose device it finds itself (by the loop device's backing file).
+func stage(ctx context.Context, d stageDriver, volumeID, target, fsType string) error {
+	_, err := d.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: volumeID, StagingTargetPath: target,
+		PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
+	if err != nil {
+		return fmt.Errorf("%s: NodeStageVolume: %w", d.name, grpcErr(err))
+	}
+	return nil
+}
+
+// timeOne formats and mounts a fresh blank device with do and returns how long that took in ms. The device is
+// released and its writes synced before it returns.
+func (b *nodeBench) timeOne(fsType string, sizeGiB int, do func(volumeID, dev, target string) error) (float64, error) {
 	id, dev, err := b.blankDevice(sizeGiB)
 	if err != nil {
 		return 0, err
@@ -172,25 +219,11 @@ func (b *nodeBench) timeOne(ctx context.Context, fsType string, sizeGiB int, mkf
 		return 0, err
 	}
 	start := time.Now()
-	if stager == nil {
-		err = run("mkfs."+fsType, append(slices.Clone(mkfs), dev)...)
-		if err == nil {
-			err = run("mount", "-t", fsType, "-o", mountOpts, dev, target)
-		}
-	} else {
-		_, err = stager.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: target,
-			PublishContext: map[string]string{"devicePath": "/dev/xvdaa"},
-			VolumeCapability: &csi.VolumeCapability{
-				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
-				AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}})
-		if err != nil {
-			err = fmt.Errorf("%s: NodeStageVolume: %w", stager.name, grpcErr(err))
-		}
-	}
+	err = do(id, dev, target)
 	took := ms(time.Since(start))
 	b.mnts = append(b.mnts, target)
 	if err := errors.Join(err, b.release()); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", fsType, err)
 	}
 	// The released device's writes reach the disk now, not during the next run: on a small VM their writeback
 	// doubled some runs of either kind.
