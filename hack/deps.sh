@@ -8,15 +8,43 @@
 # fsck, mkfs.*, blockdev).
 set -euo pipefail
 
-# package:program. A program is looked up on PATH, or taken as a path when it starts with /.
+mode=${1:-test}
+case "$mode" in
+demo | test) ;;
+*)
+	echo "usage: hack/deps.sh demo|test" >&2
+	exit 2
+	;;
+esac
+
+# What no package install can fix is said first, plainly.
+if [[ $(id -u) -ne 0 ]]; then
+	echo "make $mode needs root: loop devices, mounts and mkfs. Run it as root, or with sudo keeping Go on PATH:" >&2
+	echo "  sudo env \"PATH=\$PATH\" make $mode    (sudo's secure_path would drop Go's directory)" >&2
+	exit 1
+fi
+if ! command -v go >/dev/null 2>&1; then
+	echo "Go is not on PATH. Install Go $(sed -n 's/^go //p' go.mod) or newer (https://go.dev/dl) and add its bin" \
+		"directory, e.g. export PATH=/usr/local/go/bin:\$PATH" >&2
+	exit 1
+fi
+if [[ ! -e /dev/loop-control ]]; then
+	echo "No /dev/loop-control: this kernel offers no loop devices here. Load the module (modprobe loop), or in a" \
+		"container run privileged with /dev mounted from the host." >&2
+	exit 1
+fi
+
+# package:program. A program is looked up on PATH, or taken as a path when it starts with / (then any file
+# there will do: headers count too).
 need=(
 	mount:mount mount:umount mount:losetup                 # the node's mounts; fakecloud's loop devices
 	util-linux:blkid util-linux:blockdev util-linux:fsck   # mount-utils' format detection and checks
 	e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck e2fsprogs:resize2fs e2fsprogs:dumpe2fs
 	xfsprogs:mkfs.xfs xfsprogs:xfs_growfs xfsprogs:xfs_info xfsprogs:xfs_io
 )
-if [[ "${1:-test}" == test ]]; then
+if [[ "$mode" == test ]]; then
 	need+=(
+		gcc:gcc libc6-dev:/usr/include/stdio.h # go test -race needs cgo
 		fdisk:sfdisk             # node tests: a partition table the driver must refuse to format
 		strace:strace            # pkg/blkprobe: the bytes blkid reads of a blank device
 		awscli:/usr/bin/aws      # test/clients: AWS CLI v2
@@ -33,23 +61,19 @@ fi
 missing=()
 for item in "${need[@]}"; do
 	pkg=${item%%:*} cmd=${item#*:}
-	if ! command -v "$cmd" >/dev/null 2>&1 && [[ ! -x "$cmd" ]]; then
+	if ! command -v "$cmd" >/dev/null 2>&1 && [[ "$cmd" != /* || ! -e "$cmd" ]]; then
 		missing+=("$pkg")
 	fi
 done
 # go mod download reaches the module proxy over TLS.
 [[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 # test/clients runs boto3 with python3 from PATH; without one that has it, Debian's python3 with python3-boto3.
-if [[ "${1:-test}" == test ]] && ! python3 -c 'import boto3' >/dev/null 2>&1 &&
+if [[ "$mode" == test ]] && ! python3 -c 'import boto3' >/dev/null 2>&1 &&
 	! /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; then
 	missing+=(python3 python3-boto3)
 fi
 if ((${#missing[@]})); then
 	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-	if [[ $(id -u) -ne 0 ]]; then
-		echo "missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install -y ${missing[*]})" >&2
-		exit 1
-	fi
 	echo "installing ${missing[*]}"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
