@@ -43,6 +43,7 @@ type options struct {
 	imds                               bool
 	maxVolumes                         int64
 	maxFormat                          int
+	stateDir                           string
 	common                             *cli.Flags
 }
 
@@ -71,6 +72,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
 	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes it booted with)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
+	flag.StringVar(&o.stateDir, "state-dir", driver.DefaultStateDir, "where the node plugin keeps what must outlive it (unfinished mkfs runs, devices of Xen volumes); on the host")
 	o.common = cli.AddFlags(flag.CommandLine, "driver")
 	flag.Parse()
 	return o
@@ -169,7 +171,8 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, error) {
 	}
 	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "instanceType", id.InstanceType,
 		"bootVolumes", id.BootVolumes, "maxVolumes", limit)
-	return driver.NewNodeServer(driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit, MaxConcurrentFormat: o.maxFormat})
+	return driver.NewNodeServer(driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit,
+		MaxConcurrentFormat: o.maxFormat, StateDir: o.stateDir})
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {

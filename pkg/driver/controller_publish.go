@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -62,7 +63,9 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, rpcError(fmt.Errorf("attach volume %s to node %s: %w", volumeID, nodeID, err))
 	}
 	klog.InfoS("Volume published", "volumeID", volumeID, "nodeID", nodeID, "device", att.Device)
-	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{PublishDevicePath: att.Device}}, nil
+	// The size lets a node whose devices do not say whose they are (Xen instances) check the named device.
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{PublishDevicePath: att.Device,
+		PublishVolumeSize: strconv.FormatInt(int64(disk.SizeGiB)*gib, 10)}}, nil
 }
 
 // publishView is the disk as a publish decides on it. A disk the cloud showed a moment ago without any

@@ -48,30 +48,6 @@ func TestSizeGiB(t *testing.T) {
 	}
 }
 
-func TestInFlightHoldEndsAtDeadline(t *testing.T) {
-	now := time.Unix(1000, 0)
-	f := newInFlight(func() time.Time { return now })
-	ctx, cancel := context.WithDeadline(context.Background(), now.Add(time.Minute))
-	defer cancel()
-	if _, err := f.hold(ctx, "volume", "vol-1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.hold(context.Background(), "volume", "vol-1"); status.Code(err) != codes.Aborted {
-		t.Fatalf("duplicate: %v, want Aborted", err)
-	}
-	if _, err := f.hold(context.Background(), "volume", "vol-2"); err != nil {
-		t.Fatalf("other key: %v", err)
-	}
-	// A holder that never returns does not block the key past its deadline.
-	now = now.Add(2 * time.Minute)
-	release, err := f.hold(context.Background(), "volume", "vol-1")
-	if err != nil {
-		t.Fatalf("after the holder's deadline: %v", err)
-	}
-	release()
-	release()
-}
-
 // newTestController runs a controller against an in-process fakecloud (file backend) through the real SDK.
 func newTestController(t *testing.T) (*ControllerServer, *fakecloudtest.Env) {
 	t.Helper()

@@ -7,13 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
-
-	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
 // DeviceFinder finds the block device of a volume attached to this node.
@@ -38,13 +38,27 @@ const (
 	deviceBackoffMax   = time.Second
 )
 
-// deviceFinder looks for fakecloud's loop devices (backing file <volumeID>.img) and EBS NVMe devices. It
-// identifies a device by what the kernel says about it (backing file, serial), never by a name alone: the
-// device name in the publish context and stale /dev entries can point at another volume's device.
+// deviceFinder finds a volume's device in three ways, the first two by what the kernel says about the device:
+//
+//   - fakecloud's loop devices, by their backing file (<volumeID>.img);
+//   - EBS NVMe devices (Nitro instances), by the by-id link, checked against the device's serial;
+//   - on Xen instances (m4, c4, t2...) EBS volumes are /dev/xvdX (or /dev/sdX), with no serial: the device is
+//     the one the publish context names (PublishDevicePath), used only when it checks out: at least the size
+//     the volume had when it was published (PublishVolumeSize; volumes only grow), not a loop or NVMe device
+//     (those say whose they are, and it would have been found above), and held by no mount, partition or
+//     holder unless this boot's record says the volume is staged from it (its mounts are then the volume's
+//     own staging and publications). Stage records the device (nodeState), so that calls without a publish
+//     context find it and recognise its mounts; the record goes at unstage.
+//
+// A name alone is never trusted: the publish context can be stale, and /dev entries can point at another
+// volume's device.
 type deviceFinder struct {
 	devDir string
-	sysfs  loopdev.Sysfs
+	sys    sysfsView
 	wait   time.Duration
+	host   host
+	state  *nodeState
+	boot   string
 }
 
 func (f *deviceFinder) Find(ctx context.Context, volumeID string, publishContext map[string]string) (string, error) {
@@ -54,11 +68,18 @@ func (f *deviceFinder) Find(ctx context.Context, volumeID string, publishContext
 	waitCtx, cancel := context.WithTimeout(ctx, f.wait)
 	defer cancel()
 	hint := publishContext[PublishDevicePath]
+	named := parseNamedDevice(publishContext)
 	backoff := deviceBackoffStart
+	var refused error // why the named device was not taken, for the final error
 	for {
 		dev, err := f.findOnce(volumeID)
 		if err != nil {
 			return "", err
+		}
+		if dev == "" && named.ok() {
+			if dev, refused, err = f.findNamed(volumeID, named); err != nil {
+				return "", err
+			}
 		}
 		if dev != "" {
 			klog.V(4).InfoS("Found device", "volume", volumeID, "device", dev, "hint", hint)
@@ -68,11 +89,15 @@ func (f *deviceFinder) Find(ctx context.Context, volumeID string, publishContext
 		select {
 		case <-waitCtx.Done():
 			t.Stop()
-			if err := ctx.Err(); err != nil {
-				return "", fmt.Errorf("%w: volume %s (attached as %q): %w", errDeviceNotFound, volumeID, hint, err)
+			why := ""
+			if refused != nil {
+				why = ": " + refused.Error()
 			}
-			return "", fmt.Errorf("%w: volume %s (attached as %q) has no device after %s", errDeviceNotFound,
-				volumeID, hint, f.wait)
+			if err := ctx.Err(); err != nil {
+				return "", fmt.Errorf("%w: volume %s (attached as %q)%s: %w", errDeviceNotFound, volumeID, hint, why, err)
+			}
+			return "", fmt.Errorf("%w: volume %s (attached as %q) has no device after %s%s", errDeviceNotFound,
+				volumeID, hint, f.wait, why)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, deviceBackoffMax)
@@ -83,39 +108,96 @@ func (f *deviceFinder) Lookup(volumeID string) (string, error) {
 	if err := checkVolumeID(volumeID); err != nil {
 		return "", fmt.Errorf("%w: %v", errInvalidParameter, err)
 	}
-	return f.findOnce(volumeID)
+	dev, err := f.findOnce(volumeID)
+	if dev != "" || err != nil {
+		return dev, err
+	}
+	d, ok, err := f.state.stagedDevice(volumeID, f.boot)
+	if err != nil || !ok {
+		return "", err
+	}
+	// The recorded device must still be there under its name, and still have no identity of another volume.
+	rdev, isBlock, err := f.host.blockDevice(d.path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && (!isBlock || rdev != d.rdev) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if id, err := f.identity(rdev); err != nil || id.kind != anonymous && id.volumeID != volumeID {
+		return "", err
+	}
+	return d.path, nil
 }
 
 func (f *deviceFinder) Owns(volumeID string, rdev uint64) (bool, error) {
-	name, err := kernelDeviceName(rdev)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil // not a block device (a tmpfs, the root filesystem...) or one that is gone
-	}
-	if err != nil {
+	id, err := f.identity(rdev)
+	if err != nil || id.kind == noDevice {
 		return false, err
 	}
-	if isLoopName(name) {
-		// Deleted and autoclear devices count: after a forced detach the mount is still the volume's to undo.
-		d, bound, err := f.sysfs.Read(name)
-		return err == nil && bound && filepath.Base(d.Backing) == volumeID+".img", err
+	if id.kind != anonymous {
+		// Deleted and autoclear loop devices count: after a forced detach the mount is still the volume's to undo.
+		return id.volumeID == volumeID, nil
 	}
-	return f.ebsSerialIs(name, volumeID)
+	d, ok, err := f.state.stagedDevice(volumeID, f.boot)
+	return ok && d.rdev == rdev, err
 }
 
-// ebsSerialIs reports whether the kernel block device name (nvme1n1) has the volume's EBS serial.
-func (f *deviceFinder) ebsSerialIs(name, volumeID string) (bool, error) {
-	sysRoot := f.sysfs.Root
-	if sysRoot == "" {
-		sysRoot = loopdev.DefaultRoot
-	}
-	raw, err := os.ReadFile(filepath.Join(sysRoot, name, "device", "serial"))
+// Kinds of device identity.
+const (
+	noDevice  = iota // the kernel knows no block device by that number (a tmpfs, the root filesystem, gone)
+	loop             // a loop device; volumeID from its backing file ("" for another file)
+	ebsNVMe          // an NVMe device; volumeID from its EBS serial ("" for another serial)
+	partition        // a partition: never a volume's device (volumes are whole disks)
+	anonymous        // a whole disk that does not say whose it is (Xen's xvdX, SCSI)
+)
+
+// deviceIdentity is what the kernel says about a device: its name, kind, and for loop and NVMe devices the
+// volume it serves.
+type deviceIdentity struct {
+	name     string
+	kind     int
+	volumeID string
+}
+
+// identity reads the block device numbered rdev's identity from sysfs.
+func (f *deviceFinder) identity(rdev uint64) (deviceIdentity, error) {
+	name, err := f.sys.kernelName(rdev)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return deviceIdentity{kind: noDevice}, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("serial of %s for volume %s: %w", name, volumeID, err)
+		return deviceIdentity{}, err
 	}
-	return strings.TrimSpace(string(raw)) == ebsSerial(volumeID), nil
+	if isLoopName(name) {
+		id := deviceIdentity{name: name, kind: loop}
+		d, bound, err := f.sys.block.Read(name)
+		if base := filepath.Base(d.Backing); bound && strings.HasSuffix(base, ".img") {
+			id.volumeID = strings.TrimSuffix(base, ".img")
+		}
+		return id, err
+	}
+	if _, err := f.sys.attr(rdev, "partition"); err == nil {
+		return deviceIdentity{name: name, kind: partition}, nil
+	}
+	serial, ok, err := f.sys.serial(name)
+	if err != nil || !ok {
+		return deviceIdentity{name: name, kind: anonymous}, err
+	}
+	id := deviceIdentity{name: name, kind: ebsNVMe}
+	if rest, ok := strings.CutPrefix(serial, "vol"); ok && rest != "" {
+		id.volumeID = "vol-" + rest // see ebsSerial
+	}
+	return id, nil
+}
+
+// describe says whose a device with an identity is, for messages.
+func (id deviceIdentity) describe() string {
+	what := map[int]string{loop: "loop device", ebsNVMe: "NVMe device", partition: "partition"}[id.kind]
+	if id.volumeID == "" {
+		return fmt.Sprintf("%s %s of no volume", what, id.name)
+	}
+	return fmt.Sprintf("%s %s of volume %s", what, id.name, id.volumeID)
 }
 
 // ebsSerial is the NVMe serial of an EBS volume: its ID without the dash.
@@ -131,20 +213,21 @@ func (f *deviceFinder) findOnce(volumeID string) (string, error) {
 
 // findLoop finds the live loop device backed by <volumeID>.img and makes sure DevDir has a node for it.
 func (f *deviceFinder) findLoop(volumeID string) (string, error) {
-	d, ok, err := f.sysfs.FindByBackingBase(volumeID + ".img")
+	s := f.sys.block
+	d, ok, err := s.FindByBackingBase(volumeID + ".img")
 	if err != nil || !ok {
 		return "", err
 	}
-	node, err := f.sysfs.EnsureDeviceNode(d, f.devDir)
+	node, err := s.EnsureDeviceNode(d, f.devDir)
 	if err != nil {
 		return "", fmt.Errorf("device node of %s for volume %s: %w", d.Name, volumeID, err)
 	}
 	// An existing node is taken as it is by EnsureDeviceNode: check it is the device sysfs describes.
-	major, minor, err := f.sysfs.DevNumbers(d)
+	major, minor, err := s.DevNumbers(d)
 	if err != nil {
 		return "", err
 	}
-	rdev, isBlock, err := blockDevice(node)
+	rdev, isBlock, err := f.host.blockDevice(node)
 	if err != nil {
 		return "", err
 	}
@@ -152,7 +235,7 @@ func (f *deviceFinder) findLoop(volumeID string) (string, error) {
 		return "", fmt.Errorf("%s is not the block device %d:%d of %s (volume %s)", node, major, minor, d.Name, volumeID)
 	}
 	// The device may have been released and rebound to another file meanwhile.
-	now, bound, err := f.sysfs.Read(d.Name)
+	now, bound, err := s.Read(d.Name)
 	if err != nil || !bound || !now.Live() || now.Backing != d.Backing {
 		return "", err
 	}
@@ -169,14 +252,15 @@ func (f *deviceFinder) findEBS(volumeID string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", link, err)
 	}
-	if _, isBlock, err := blockDevice(dev); err != nil || !isBlock {
+	rdev, isBlock, err := f.host.blockDevice(dev)
+	if err != nil || !isBlock {
 		return "", err
 	}
-	ok, err := f.ebsSerialIs(filepath.Base(dev), volumeID)
+	id, err := f.identity(rdev)
 	if err != nil {
 		return "", err
 	}
-	if !ok {
+	if id.kind != ebsNVMe || id.volumeID != volumeID {
 		// A stale link: udev has not caught up with a device that was reused. Wait for it to be fixed.
 		klog.InfoS("Device link names another volume, waiting", "link", link, "device", dev)
 		return "", nil
@@ -184,25 +268,138 @@ func (f *deviceFinder) findEBS(volumeID string) (string, error) {
 	return dev, nil
 }
 
-// blockDevice stats path and reports its device number when it is a block device.
-func blockDevice(path string) (rdev uint64, isBlock bool, err error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, false, &fs.PathError{Op: "stat", Path: path, Err: err}
-	}
-	return st.Rdev, st.Mode&unix.S_IFMT == unix.S_IFBLK, nil
+// xenDeviceName is a device name EC2 accepts for an EBS attachment, as the publish context carries it:
+// /dev/xvdX or its alias /dev/sdX, X one or two letters.
+var xenDeviceName = regexp.MustCompile(`^/dev/(?:xvd|sd)([a-z]{1,2})$`)
+
+// namedDevice is what the publish context says of the volume's device: its name's letters and the volume's
+// size at publish.
+type namedDevice struct {
+	letters string
+	minSize int64
 }
 
-// deviceSize is the size in bytes of the block device at path (BLKGETSIZE64).
-func deviceSize(path string) (int64, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
+func (d namedDevice) ok() bool { return d.letters != "" && d.minSize > 0 }
+
+// parseNamedDevice reads the publish context; a name or size of another shape is ignored (the zero value):
+// the device is then found by identity only.
+func parseNamedDevice(publishContext map[string]string) namedDevice {
+	m := xenDeviceName.FindStringSubmatch(publishContext[PublishDevicePath])
+	size, err := strconv.ParseInt(publishContext[PublishVolumeSize], 10, 64)
+	if m == nil || err != nil || size <= 0 {
+		return namedDevice{}
 	}
-	defer unix.Close(fd)
-	size, err := unix.IoctlGetUint64(fd, unix.BLKGETSIZE64)
-	if err != nil {
-		return 0, fmt.Errorf("BLKGETSIZE64 %s: %w", path, err)
+	return namedDevice{letters: m[1], minSize: size}
+}
+
+// findNamed looks for the device the publish context names, as xvdX and as sdX under DevDir, and returns the
+// first that checks out (see deviceFinder), recording it for later calls. refused says why a device that is
+// there was not taken; err is for errors waiting will not fix.
+func (f *deviceFinder) findNamed(volumeID string, named namedDevice) (dev string, refused, err error) {
+	for _, prefix := range []string{"xvd", "sd"} {
+		path := filepath.Join(f.devDir, prefix+named.letters)
+		rdev, isBlock, err := f.host.blockDevice(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		if !isBlock {
+			refused = fmt.Errorf("%s is not a block device", path)
+			continue
+		}
+		why, err := f.checkNamed(volumeID, path, rdev, named.minSize)
+		if err != nil {
+			return "", nil, err
+		}
+		if why != "" {
+			refused = fmt.Errorf("%s is not the volume's device: %s", path, why)
+			klog.InfoS("Device named by the publish context refused", "volume", volumeID, "device", path, "reason", why)
+			continue
+		}
+		if err := f.state.recordStagedDevice(volumeID, f.boot, stagedDevice{path: path, rdev: rdev}); err != nil {
+			return "", nil, fmt.Errorf("record device %s of volume %s: %w", path, volumeID, err)
+		}
+		return path, nil, nil
 	}
-	return int64(size), nil
+	return "", refused, nil
+}
+
+// checkNamed says why the device at path (numbered rdev), named by the publish context, is not the volume's;
+// "" when it is.
+func (f *deviceFinder) checkNamed(volumeID, path string, rdev uint64, minSize int64) (why string, err error) {
+	id, err := f.identity(rdev)
+	if err != nil {
+		return "", err
+	}
+	switch id.kind {
+	case noDevice:
+		return "the kernel lists no block device " + devID(rdev), nil
+	case partition:
+		return "it is the partition " + id.name, nil
+	case loop, ebsNVMe:
+		if id.kind == ebsNVMe && id.volumeID == volumeID {
+			return "", nil // the by-id link is missing, the serial says it is ours
+		}
+		// A device that says whose it is would have been found above if it were this volume's (live).
+		return "it is the " + id.describe(), nil
+	}
+	size, err := f.host.deviceSize(path)
+	if err != nil {
+		return "", err
+	}
+	if size < minSize {
+		return fmt.Sprintf("it has %d bytes, the volume had %d when it was published", size, minSize), nil
+	}
+	if d, ok, err := f.state.stagedDevice(volumeID, f.boot); err != nil || ok && d.rdev == rdev {
+		return "", err // staged from it in this boot: its mounts are the volume's
+	}
+	return f.inUse(id.name, rdev, filepath.Base(path))
+}
+
+// inUse says what holds the device (named name, numbered rdev, its node named base): a mount of it or of one
+// of its partitions, a bind of its node, a holder (device mapper, md); "" when nothing does.
+func (f *deviceFinder) inUse(name string, rdev uint64, base string) (string, error) {
+	devs := []uint64{rdev}
+	entries, err := os.ReadDir(filepath.Join(f.sys.blockRoot(), name))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), name) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(f.sys.blockRoot(), name, e.Name(), "dev"))
+		var major, minor uint32
+		if err == nil {
+			if _, err := fmt.Sscanf(strings.TrimSpace(string(raw)), "%d:%d", &major, &minor); err == nil {
+				devs = append(devs, unix.Mkdev(major, minor))
+			}
+		}
+	}
+	for _, d := range devs {
+		mounts, err := mountsOfDevice(f.host, d)
+		if err != nil {
+			return "", err
+		}
+		if len(mounts) > 0 {
+			return fmt.Sprintf("%s (%s) is mounted at %s", mounts[0].Source, devID(d), mounts[0].Mountpoint), nil
+		}
+	}
+	binds, err := deviceBindMounts(f.host, rdev, base)
+	if err != nil {
+		return "", err
+	}
+	if len(binds) > 0 {
+		return "its device node is bound at " + binds[0], nil
+	}
+	holders, err := os.ReadDir(filepath.Join(f.sys.blockRoot(), name, "holders"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if len(holders) > 0 {
+		return "it is held by " + holders[0].Name(), nil
+	}
+	return "", nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -31,8 +30,8 @@ func TestNodeCreatesDeviceNode(t *testing.T) {
 	vc := mountCap("ext4", rwo)
 	staging, target := e.path("staging"), e.path("target")
 	e.mustStage(id, staging, vc, nil)
-	want, _, _ := blockDevice(hostDev)
-	got, isBlock, err := blockDevice(node)
+	want, _, _ := machine.blockDevice(hostDev)
+	got, isBlock, err := machine.blockDevice(node)
 	if err != nil || !isBlock || got != want {
 		t.Fatalf("created node %s: block %v rdev %d err %v; want %d", node, isBlock, got, err, want)
 	}
@@ -59,7 +58,7 @@ func TestDeviceFinderRefusesWrongNode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(devDir, filepath.Base(hostDev)), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := &deviceFinder{devDir: devDir, wait: time.Second}
+	f := realFinder(t, devDir, time.Second)
 	if dev, err := f.Find(context.Background(), id, nil); err == nil {
 		t.Fatalf("Find used the plain file %s", dev)
 	}
@@ -70,7 +69,7 @@ func TestDeviceFinderRefusesWrongNode(t *testing.T) {
 func TestDeviceFinderTimeout(t *testing.T) {
 	t.Parallel()
 	testutil.SkipUnless(t, loopSysfs(), "the device finder reads /sys/block")
-	f := &deviceFinder{devDir: t.TempDir(), wait: 300 * time.Millisecond}
+	f := realFinder(t, t.TempDir(), 300*time.Millisecond)
 	start := time.Now()
 	_, err := f.Find(context.Background(), "vol-00000000nothere", map[string]string{PublishDevicePath: "/dev/xvdz"})
 	if !errors.Is(err, errDeviceNotFound) || status.Code(rpcError(err)) != codes.Internal {
@@ -92,32 +91,31 @@ func TestDeviceFinderTimeout(t *testing.T) {
 	}
 }
 
-// TestDeviceFinderEBS: the EBS NVMe link is followed and the device's serial checked. The device node, link and
-// sysfs are scratch copies; the node's numbers are those of a loop device, which is never opened.
+// TestDeviceFinderEBS: the EBS NVMe link is followed and the device's serial checked.
 func TestDeviceFinderEBS(t *testing.T) {
 	t.Parallel()
-	testutil.RequireRoot(t, "mknod needs root")
-	devDir, sysRoot := t.TempDir(), t.TempDir()
-	if err := unix.Mknod(filepath.Join(devDir, "nvme1n1"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
-		t.Fatal(err)
-	}
-	byID := filepath.Join(devDir, "disk", "by-id")
-	must(t, os.MkdirAll(byID, 0o755))
-	must(t, os.Symlink("../../nvme1n1", filepath.Join(byID, ebsNVMePrefix+"vol0abc123")))
-	must(t, os.MkdirAll(filepath.Join(sysRoot, "nvme1n1", "device"), 0o755))
-	serial := filepath.Join(sysRoot, "nvme1n1", "device", "serial")
-	must(t, os.WriteFile(serial, []byte("vol0abc123  \n"), 0o644))
-
-	f := &deviceFinder{devDir: devDir, sysfs: loopdev.Sysfs{Root: sysRoot}, wait: 300 * time.Millisecond}
-	dev, err := f.Find(context.Background(), "vol-0abc123", nil)
-	if err != nil || dev != filepath.Join(devDir, "nvme1n1") {
-		t.Fatalf("Find = %q, %v", dev, err)
+	m := newFakeMachine(t)
+	d := m.nvmeVolume("vol-0abc123", 1, gib)
+	n := newFakeEnv(t, m).node
+	dev, err := n.devices.Find(context.Background(), "vol-0abc123", nil)
+	if err != nil || dev != d.node {
+		t.Fatalf("Find = %q, %v; want %s", dev, err, d.node)
 	}
 	// A stale link whose device now carries another volume's serial is not trusted.
-	must(t, os.WriteFile(serial, []byte("vol0fff999\n"), 0o644))
-	if dev, err := f.Find(context.Background(), "vol-0abc123", nil); !errors.Is(err, errDeviceNotFound) {
+	must(t, os.WriteFile(filepath.Join(m.sys.block.Root, d.name, "device", "serial"), []byte("vol0fff999\n"), 0o644))
+	if dev, err := n.devices.Find(context.Background(), "vol-0abc123", nil); !errors.Is(err, errDeviceNotFound) {
 		t.Fatalf("Find through a stale link = %q, %v", dev, err)
 	}
+}
+
+// realFinder is the device finder of the real machine, with its records in memory.
+func realFinder(t *testing.T, devDir string, wait time.Duration) *deviceFinder {
+	t.Helper()
+	state, err := newNodeState("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &deviceFinder{devDir: devDir, sys: machine.sysfs(), wait: wait, host: machine, state: state, boot: "test-boot"}
 }
 
 func loopSysfs() error {

@@ -3,35 +3,81 @@ package driver
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-
-	"github.com/diskforge/diskforge/pkg/blkprobe"
 )
 
-// diskFormat is what mount-utils' GetDiskFormat (blkid -p) reports of dev: "" for a blank device. A fresh
-// volume, the common case, is proven blank in-process (blkprobe: the bytes blkid would read are all zero),
-// which saves a blkid run costing as much as the mkfs; anything not proven blank is probed by blkid as before.
-func (n *NodeServer) diskFormat(dev string) (string, error) {
-	blank, err := blkprobe.Blank(dev)
+// The node formats a device only when it holds nothing: no filesystem or partition table (blkid -p finds
+// none) and zeros wherever blkid looks. Data without a signature blkid knows (a raw block volume's, a snapshot
+// of one) is never formatted; the one exception is the node's own mkfs that did not finish, which nodeState
+// records (see node_state.go).
+
+// existingFormat says what dev holds for a stage of the volume: the filesystem or partition table type blkid
+// finds, "" for a device to format, errDeviceHasData for data without a signature. A fresh volume, the common
+// case, is proven blank in-process (blkprobe: the bytes blkid would read are all zero), which saves a blkid run
+// costing as much as the mkfs, when the installed blkid is one blkprobe was measured on; anything else is
+// probed by blkid as before.
+func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
+	unfinished, err := n.state.unfinishedFormat(volumeID)
 	if err != nil {
-		klog.V(4).InfoS("Quick blank check failed, probing with blkid", "device", dev, "err", err)
+		return "", err
 	}
-	if blank {
+	if unfinished == dev {
+		klog.InfoS("Formatting again: the last mkfs of the volume on this device did not finish", "volume", volumeID, "device", dev,
+			"record", n.state.recordPath(recordFormatting, volumeID))
 		return "", nil
 	}
-	return n.mounter.GetDiskFormat(dev)
+	probed, probeErr := n.host.probe(dev)
+	if probeErr != nil {
+		klog.V(4).InfoS("Reading the device where blkid looks failed, probing with blkid", "device", dev, "err", probeErr)
+	}
+	if probeErr == nil && probed.Blank && n.provenBlank {
+		return "", nil
+	}
+	existing, err := n.host.diskFormat(dev)
+	if err != nil {
+		return "", err
+	}
+	if existing != "" {
+		if unfinished != "" {
+			// Recorded on a device of another name (the volume was attached anew since): the volume now holds a
+			// filesystem or partition table, no longer the unfinished mkfs.
+			klog.InfoS("Removing the record of an unfinished mkfs: the volume holds a signature now", "volume", volumeID,
+				"device", dev, "recordedDevice", unfinished, "found", existing)
+			if err := n.state.finishFormat(volumeID); err != nil {
+				return "", err
+			}
+		}
+		return existing, nil
+	}
+	// blkid knows nothing on the device: new (zeros where blkid looks) or data it does not recognise.
+	if probeErr != nil {
+		return "", fmt.Errorf("blkid finds nothing on %s (volume %s), and reading where it looks failed, so it is not formatted: %w",
+			dev, volumeID, probeErr)
+	}
+	if probed.NonZero >= 0 {
+		also := ""
+		if unfinished != "" {
+			also = fmt.Sprintf(" (%s records an unfinished mkfs of the volume on %s, another device)",
+				n.state.recordPath(recordFormatting, volumeID), unfinished)
+		}
+		return "", fmt.Errorf("%w: %s (volume %s) holds data (its first non-zero byte where blkid looks is at offset %d) but no filesystem or partition table blkid recognises%s; it is neither formatted nor mounted",
+			errDeviceHasData, dev, volumeID, probed.NonZero, also)
+	}
+	return "", nil
 }
 
-// formatBlank runs mkfs on a device the caller has just probed and found blank, with the flags mount-utils
-// gives mkfs (ext4: -F -m0; xfs: -f) after the volume's format options. It lets a blank device be probed
-// once: mount-utils' FormatAndMount would run blkid again, and on a cold device one blkid costs about as much
-// as the mkfs. Runs are bounded by the node's format tokens; a token comes back after formatTokenTimeout even
-// when mkfs hangs, as with mount-utils. mkfs is not tied to the caller's context: a run killed half-way would
-// leave a device that is neither blank nor a filesystem.
-func (n *NodeServer) formatBlank(dev, fsType string, formatOpts []string) error {
+// formatBlank runs mkfs on the volume's device, which existingFormat has found blank (or holding the node's
+// unfinished mkfs), with the flags mount-utils gives mkfs (ext4: -F -m0; xfs: -f) after the volume's format
+// options. The run is recorded first and the record removed after it (nodeState): a run that does not finish
+// is redone by the next stage. Runs are bounded by the node's format tokens; a token comes back after
+// formatTokenTimeout even when mkfs hangs. mkfs is not tied to the caller's context: a run killed half-way
+// would leave a device that is neither blank nor a filesystem (the volume's in-flight hold lasts until it
+// ends, so a retry cannot start another).
+func (n *NodeServer) formatBlank(volumeID, dev, fsType string, formatOpts []string) error {
 	n.formatTokens <- struct{}{}
 	done := make(chan struct{})
 	defer close(done)
@@ -51,22 +97,36 @@ func (n *NodeServer) formatBlank(dev, fsType string, formatOpts []string) error 
 	case FSXFS:
 		args = append(args, "-f")
 	}
-	args = append(args, dev)
-	if out, err := n.mounter.Exec.Command("mkfs."+fsType, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.%s %s: %w: %s", fsType, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	if err := n.state.startFormat(volumeID, dev); err != nil {
+		return fmt.Errorf("record the start of mkfs on %s (volume %s): %w", dev, volumeID, err)
+	}
+	klog.InfoS("Formatting blank device", "volume", volumeID, "device", dev, "fsType", fsType, "options", formatOpts)
+	if err := n.host.format(dev, fsType, args); err != nil {
+		// The record stays: whatever mkfs wrote, the next stage formats again.
+		return err
+	}
+	if err := n.state.finishFormat(volumeID); err != nil {
+		return fmt.Errorf("remove the record of mkfs on %s (volume %s): %w", dev, volumeID, err)
 	}
 	return nil
 }
 
-// formatAndMountProbed formats (when existing, the probe's answer, is blank) and mounts dev. A blank device
-// to be mounted read-write is formatted here, probed once; anything else goes through mount-utils, which
-// probes again, checks an existing filesystem (fsck) and refuses to format for a read-only mount.
-func (n *NodeServer) formatAndMountProbed(dev, target, fsType, existing string, opts, formatOpts []string) error {
-	if existing != "" || slices.Contains(opts, "ro") {
-		return n.mounter.FormatAndMountSensitiveWithFormatOptions(dev, target, fsType, opts, nil, formatOpts)
+// mountStaged formats dev when existing (existingFormat's answer) is "", checks an existing filesystem before a
+// read-write mount (fsck, as mount-utils does), and mounts it on the staging path.
+func (n *NodeServer) mountStaged(volumeID, dev, staging, fsType, existing string, opts, formatOpts []string) error {
+	readOnly := slices.Contains(opts, "ro")
+	switch {
+	case existing == "" && readOnly:
+		return status.Errorf(codes.FailedPrecondition, "%s (volume %s) holds no filesystem and the volume is staged read-only: it cannot be formatted",
+			dev, volumeID)
+	case existing == "":
+		if err := n.formatBlank(volumeID, dev, fsType, formatOpts); err != nil {
+			return err
+		}
+	case !readOnly:
+		if err := n.host.repair(dev); err != nil {
+			return err
+		}
 	}
-	if err := n.formatBlank(dev, fsType, formatOpts); err != nil {
-		return err
-	}
-	return n.mounter.MountSensitive(dev, target, fsType, append(slices.Clone(opts), "defaults"), nil)
+	return n.host.mount(dev, staging, fsType, append(slices.Clone(opts), "defaults"))
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,20 +17,17 @@ import (
 // it has device numbers, and a bind mount of a device node and a mount from a node in a scratch /dev are only
 // comparable by device number.
 
-// sysDevBlock maps "major:minor" to the kernel's block devices.
-const sysDevBlock = "/sys/dev/block"
-
 // maxUnmounts bounds how many stacked mounts one unmount call peels off a path.
 const maxUnmounts = 8
 
 // mountAt returns the topmost mount on path (symlinks resolved, as the kernel lists it). A missing path is
 // fs.ErrNotExist.
-func mountAt(path string) (*mountinfo.Info, bool, error) {
+func mountAt(h host, path string) (*mountinfo.Info, bool, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return nil, false, err
 	}
-	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(real))
+	infos, err := h.mounts(mountinfo.SingleEntryFilter(real))
 	if err != nil || len(infos) == 0 {
 		return nil, false, err
 	}
@@ -40,24 +36,33 @@ func mountAt(path string) (*mountinfo.Info, bool, error) {
 }
 
 // mountsOfDevice lists the mount points of the filesystem on device number dev.
-func mountsOfDevice(dev uint64) ([]*mountinfo.Info, error) {
-	return mountinfo.GetMounts(func(mi *mountinfo.Info) (skip, stop bool) { return mountDev(mi) != dev, false })
+func mountsOfDevice(h host, dev uint64) ([]*mountinfo.Info, error) {
+	return h.mounts(func(mi *mountinfo.Info) (skip, stop bool) { return mountDev(mi) != dev, false })
 }
 
 // deviceBindMounts lists paths where the device node with number rdev (named base) is bind-mounted.
-func deviceBindMounts(rdev uint64, base string) ([]string, error) {
-	infos, err := mountinfo.GetMounts(func(mi *mountinfo.Info) (skip, stop bool) { return filepath.Base(mi.Root) != base, false })
+func deviceBindMounts(h host, rdev uint64, base string) ([]string, error) {
+	infos, err := h.mounts(func(mi *mountinfo.Info) (skip, stop bool) { return filepath.Base(mi.Root) != base, false })
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, mi := range infos {
 		p := mi.Mountpoint
-		if r, isBlock, err := blockDevice(p); err == nil && isBlock && r == rdev {
+		if r, isBlock, err := h.blockDevice(p); err == nil && isBlock && r == rdev {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// mountedDevice is the device a mount on path serves: for the bind mount of a device node (a published block
+// volume) the node's device, else the mounted filesystem's device.
+func mountedDevice(h host, mi *mountinfo.Info, path string) uint64 {
+	if rdev, isBlock, err := h.blockDevice(path); err == nil && isBlock {
+		return rdev
+	}
+	return mountDev(mi)
 }
 
 func mountDev(mi *mountinfo.Info) uint64 { return unix.Mkdev(uint32(mi.Major), uint32(mi.Minor)) }
@@ -71,46 +76,19 @@ func readOnlyMount(mi *mountinfo.Info) bool {
 // unmounted reports whether this call unmounted anything.
 func (n *NodeServer) unmountVolume(volumeID, path string) (unmounted bool, err error) {
 	for range maxUnmounts {
-		_, mounted, err := volumeMountAt(path, n.owns(volumeID))
+		_, mounted, err := volumeMountAt(n.host, path, n.owns(volumeID))
 		if errors.Is(err, fs.ErrNotExist) || err == nil && !mounted {
 			return unmounted, nil
 		}
 		if err != nil {
 			return unmounted, err
 		}
-		if err := n.mounter.Unmount(path); err != nil {
+		if err := n.host.unmount(path); err != nil {
 			return unmounted, fmt.Errorf("unmount %s: %w", path, err)
 		}
 		unmounted = true
 	}
 	return unmounted, fmt.Errorf("%s is still mounted after %d unmounts", path, maxUnmounts)
-}
-
-// deviceProblem describes why the block device dev can no longer serve I/O, or returns "" when it can. reason
-// is CamelCase for VolumeHealth.
-func (n *NodeServer) deviceProblem(dev uint64) (reason, message string) {
-	id := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
-	name, err := kernelDeviceName(dev)
-	if err != nil {
-		return "DeviceGone", fmt.Sprintf("block device %s is gone: %v", id, err)
-	}
-	if isLoopName(name) {
-		if d, bound, err := n.opts.Sysfs.Read(name); err == nil {
-			switch {
-			case !bound:
-				return "DeviceDetached", fmt.Sprintf("loop device %s (%s) is no longer bound to the volume", name, id)
-			case d.Autoclear:
-				return "DetachPending", fmt.Sprintf("loop device %s was detached from the instance; it goes away when unmounted", name)
-			case d.Deleted:
-				return "BackingFileDeleted", fmt.Sprintf("the backing file of loop device %s was deleted", name)
-			}
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(sysDevBlock, id, "size"))
-	if err == nil && strings.TrimSpace(string(raw)) == "0" {
-		return "DeviceEmpty", fmt.Sprintf("block device %s (%s) has no capacity", name, id)
-	}
-	return "", ""
 }
 
 // isLoopName reports whether a kernel block device name is a whole loop device ("loop3", not "loop3p1").

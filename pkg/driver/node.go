@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
+	"github.com/diskforge/diskforge/pkg/blkprobe"
 	"github.com/diskforge/diskforge/pkg/kernelmount"
 	"github.com/diskforge/diskforge/pkg/loopdev"
 	"github.com/diskforge/diskforge/pkg/topology"
@@ -22,10 +25,13 @@ const (
 	DefaultDevDir              = "/dev"
 	DefaultMaxConcurrentFormat = 2
 	DefaultDeviceWait          = 30 * time.Second
+	// DefaultStateDir is under the kubelet's directory for this driver on the host, which the node plugin's
+	// pod mounts at the same path: its records outlive the container.
+	DefaultStateDir = "/var/lib/kubelet/plugins/disk.csi.diskforge.io/state"
 )
 
-// formatTokenTimeout is how long one mkfs may hold its concurrency token. mount-utils then lets another mkfs
-// start (the first one still runs to its end), so a hung mkfs cannot block every other stage for good.
+// formatTokenTimeout is how long one mkfs may hold its concurrency token. Another mkfs may then start (the
+// first one still runs to its end), so a hung mkfs cannot block every other stage for good.
 const formatTokenTimeout = 5 * time.Minute
 
 // NodeOptions configure the node service.
@@ -38,28 +44,41 @@ type NodeOptions struct {
 	MaxVolumesPerNode int64
 	// DevDir is where device nodes are looked up and, for loop devices the container's /dev lacks, created.
 	DevDir string
-	// Sysfs finds loop devices; the zero value reads /sys/block.
+	// Sysfs finds loop devices and says what block devices are; the zero value reads /sys/block, and the
+	// device numbers of <Root>/../dev/block (/sys/dev/block).
 	Sysfs loopdev.Sysfs
-	// MaxConcurrentFormat bounds parallel mkfs runs (mkfs of a large volume can take much memory). Ignored
-	// when Mounter is set.
+	// MaxConcurrentFormat bounds parallel mkfs runs (mkfs of a large volume can take much memory).
 	MaxConcurrentFormat int
 	// DeviceWait bounds the wait for an attached volume's device to appear; the request's deadline bounds it too.
 	DeviceWait time.Duration
-	// Mounter formats and mounts; nil means the host's mount(8), mkfs and blkid.
+	// Mounter mounts, and runs the filesystem tools and blkid with its Exec; nil means mount(2) where it
+	// serves, mount(8) elsewhere, and the host's tools.
 	Mounter *mount.SafeFormatAndMount
-	// Devices finds a volume's device; nil means loop devices backed by <volumeID>.img, then EBS NVMe links.
+	// Devices finds a volume's device; nil means loop devices backed by <volumeID>.img, then EBS NVMe links,
+	// then the publish context's device name on Xen instances.
 	Devices DeviceFinder
+	// StateDir keeps what the node must remember across restarts of the plugin (see node_state.go); "" keeps
+	// it in memory only, for tests. cmd/driver sets DefaultStateDir unless told otherwise.
+	StateDir string
+
+	// host is the machine; nil means the real one (tests set a fake).
+	host host
 }
 
 // NodeServer stages, publishes, grows and reports volumes attached to this node.
 type NodeServer struct {
 	csi.UnimplementedNodeServer
 	opts     NodeOptions
-	mounter  *mount.SafeFormatAndMount
+	host     host
+	sys      sysfsView
 	devices  DeviceFinder
+	state    *nodeState
 	inFlight *inFlight
-	// formatTokens bound the mkfs runs of formatBlank (mount-utils bounds its own).
+	// formatTokens bound the mkfs runs of formatBlank.
 	formatTokens chan struct{}
+	// provenBlank: blkprobe's proof that a device is blank holds for the installed blkid, so a device it
+	// proves blank is formatted without asking blkid.
+	provenBlank bool
 }
 
 // NewNodeServer serves the node RPCs of the instance o describes.
@@ -79,20 +98,49 @@ func NewNodeServer(o NodeOptions) (*NodeServer, error) {
 	if o.DeviceWait <= 0 {
 		o.DeviceWait = DefaultDeviceWait
 	}
-	m := o.Mounter
-	if m == nil {
-		// Not through systemd-run: a kernel filesystem needs no scope to outlive the plugin, and probing for
-		// systemd costs every first mount a process spawn.
-		// Block filesystems and plain binds by mount(2): mount(8) would add a process to every stage and publish.
-		m = mount.NewSafeFormatAndMount(kernelmount.New(mount.NewWithoutSystemd("")), exec.New(),
-			mount.WithMaxConcurrentFormat(o.MaxConcurrentFormat, formatTokenTimeout))
+	h := o.host
+	if h == nil {
+		m := o.Mounter
+		if m == nil {
+			// Not through systemd-run: a kernel filesystem needs no scope to outlive the plugin, and probing for
+			// systemd costs every first mount a process spawn.
+			// Block filesystems and plain binds by mount(2): mount(8) would add a process to every stage and publish.
+			m = mount.NewSafeFormatAndMount(kernelmount.New(mount.NewWithoutSystemd("")), exec.New())
+		}
+		h = &realHost{mounter: m, sys: newSysfsView(o.Sysfs), devDir: o.DevDir}
+	}
+	sys := h.sysfs()
+	state, err := newNodeState(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := h.bootID()
+	if err != nil {
+		return nil, fmt.Errorf("node: boot ID: %w", err)
 	}
 	devices := o.Devices
 	if devices == nil {
-		devices = &deviceFinder{devDir: o.DevDir, sysfs: o.Sysfs, wait: o.DeviceWait}
+		devices = &deviceFinder{devDir: o.DevDir, sys: sys, wait: o.DeviceWait, host: h, state: state, boot: boot}
 	}
-	return &NodeServer{opts: o, mounter: m, devices: devices, inFlight: newInFlight(nil),
-		formatTokens: make(chan struct{}, o.MaxConcurrentFormat)}, nil
+	n := &NodeServer{opts: o, host: h, sys: sys, devices: devices, state: state, inFlight: newInFlight(nil),
+		formatTokens: make(chan struct{}, o.MaxConcurrentFormat)}
+	n.provenBlank = provenBlankHolds(h)
+	return n, nil
+}
+
+// provenBlankHolds checks the installed blkid against the releases blkprobe's read set was measured on: only
+// for those does a device blkprobe proves blank need no blkid run.
+func provenBlankHolds(h host) bool {
+	out, err := h.blkidVersion()
+	version, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if err == nil && blkprobe.Measured(out) {
+		klog.InfoS("Blank devices are proven blank in-process: the installed blkid is a release blkprobe was measured on",
+			"blkid", version)
+		return true
+	}
+	klog.InfoS("Every device is probed with blkid before it is formatted: the installed blkid is not a release blkprobe was measured on",
+		"blkid", version, "err", err, "measured", blkprobe.MeasuredVersions())
+	return false
 }
 
 func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
@@ -140,7 +188,7 @@ func (n *NodeServer) volumeDevice(volumeID string, notHere error) (dev string, r
 	if dev == "" {
 		return "", 0, fmt.Errorf("%w: volume %s has no device on this node", notHere, volumeID)
 	}
-	rdev, isBlock, err := blockDevice(dev)
+	rdev, isBlock, err := n.host.blockDevice(dev)
 	if err != nil {
 		return "", 0, err
 	}

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -60,21 +58,16 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		return nil, rpcError(err)
 	}
 	if at.mount == nil {
-		size, err := deviceSize(at.dev)
+		size, err := n.host.deviceSize(at.dev)
 		if err != nil {
 			return nil, rpcError(err)
 		}
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 	}
-	var capacity int64
-	switch at.mount.FSType {
-	case FSExt4:
-		capacity, err = n.growExt4Online(ctx, at.dev, path)
-	case FSXFS:
-		capacity, err = n.growXFS(ctx, at.dev, path)
-	default:
-		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", at.mount.FSType, path)
+	if fsType := at.mount.FSType; fsType != FSExt4 && fsType != FSXFS {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", fsType, path)
 	}
+	capacity, err := n.host.growFS(ctx, at.mount.FSType, at.dev, path)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -96,7 +89,7 @@ func (n *NodeServer) volumeAtPath(volumeID, path string, blockCap bool) (volumeA
 	if err != nil {
 		return volumeAt{}, err
 	}
-	mi, mounted, err := mountAt(path)
+	mi, mounted, err := mountAt(n.host, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return volumeAt{}, fmt.Errorf("%w: volume path %s does not exist", errVolumeNotAtPath, path)
 	}
@@ -110,38 +103,59 @@ func (n *NodeServer) volumeAtPath(volumeID, path string, blockCap bool) (volumeA
 		}
 		return volumeAt{}, fmt.Errorf("%w: volume %s: nothing is mounted at %s", errVolumeNotAtPath, volumeID, path)
 	}
-	if got := mountedDevice(mi, path); got != rdev {
+	if got := mountedDevice(n.host, mi, path); got != rdev {
 		return volumeAt{}, fmt.Errorf("%w: %s is a mount of %s (%d:%d), not of volume %s", errVolumeNotAtPath, path, mi.Source,
 			unix.Major(got), unix.Minor(got), volumeID)
 	}
-	if _, isBlock, _ := blockDevice(path); isBlock {
+	if _, isBlock, _ := n.host.blockDevice(path); isBlock {
 		return volumeAt{dev: dev}, nil
 	}
 	return volumeAt{dev: dev, mount: mi}, nil
 }
 
-// deviceNode finds a node for the block device numbered rdev under DevDir, by the kernel's name for it.
-func (n *NodeServer) deviceNode(rdev uint64) (string, error) {
-	id := fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))
-	uevent, err := os.ReadFile(filepath.Join(sysDevBlock, id, "uevent"))
-	if err != nil {
-		return "", fmt.Errorf("device %s: %w", id, err)
+// growExt4Offline grows an unmounted ext4 to its device at stage, where no mount needs CAP_SYS_RESOURCE.
+func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint64) error {
+	if mounts, err := mountsOfDevice(n.host, rdev); err != nil || len(mounts) > 0 {
+		// resize2fs on a mounted filesystem would attempt the online resize this path avoids.
+		klog.V(4).InfoS("Not growing ext4 offline: device is mounted", "device", dev, "err", err)
+		return nil
 	}
-	for line := range strings.Lines(string(uevent)) {
-		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok {
-			node := filepath.Join(n.opts.DevDir, name)
-			if got, isBlock, err := blockDevice(node); err == nil && isBlock && got == rdev {
-				return node, nil
+	_, err := n.host.growFS(ctx, FSExt4, dev, "")
+	return err
+}
+
+func (h *realHost) growFS(ctx context.Context, fsType, dev, mountPoint string) (int64, error) {
+	switch {
+	case fsType == FSXFS:
+		return h.growToDevice(dev, func() (int64, int64, error) { return h.xfsGeometry(ctx, mountPoint) }, func(bs, newBlocks int64) error {
+			klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
+			return h.resizeFs(dev, mountPoint)
+		})
+	case fsType == FSExt4 && mountPoint == "":
+		return h.growToDevice(dev, func() (int64, int64, error) { return h.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
+			klog.InfoS("Growing ext4 offline", "device", dev, "to", bs*newBlocks)
+			// resize2fs wants a freshly checked filesystem.
+			if out, err := h.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
+				// 1 and 2: errors were corrected.
+				var ee utilexec.ExitError
+				if !errors.As(err, &ee) || ee.ExitStatus() > 2 {
+					return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
+				}
 			}
-		}
+			return h.resizeFs(dev, "")
+		})
+	case fsType == FSExt4:
+		return h.growToDevice(dev, func() (int64, int64, error) { return h.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
+			return growExt4Online(dev, mountPoint, bs, newBlocks)
+		})
 	}
-	return "", fmt.Errorf("no device node for %s under %s", id, n.opts.DevDir)
+	return 0, fmt.Errorf("%s cannot be grown (ext4, xfs)", fsType)
 }
 
 // growToDevice grows a filesystem when its device is larger by a block or more, and returns the filesystem's
 // size: geometry reads block size and count, grow makes the filesystem newBlocks blocks long.
-func growToDevice(dev string, geometry func() (blockSize, blocks int64, err error), grow func(blockSize, newBlocks int64) error) (int64, error) {
-	devSize, err := deviceSize(dev)
+func (h *realHost) growToDevice(dev string, geometry func() (blockSize, blocks int64, err error), grow func(blockSize, newBlocks int64) error) (int64, error) {
+	devSize, err := h.deviceSize(dev)
 	if err != nil {
 		return 0, err
 	}
@@ -162,64 +176,33 @@ func growToDevice(dev string, geometry func() (blockSize, blocks int64, err erro
 	return bs * blocks, nil
 }
 
-// growExt4Offline grows an unmounted ext4 to its device: e2fsck first, as resize2fs requires.
-func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint64) error {
-	if mounts, err := mountsOfDevice(rdev); err != nil || len(mounts) > 0 {
-		// resize2fs on a mounted filesystem would attempt the online resize this path avoids.
-		klog.V(4).InfoS("Not growing ext4 offline: device is mounted", "device", dev, "err", err)
-		return nil
-	}
-	_, err := growToDevice(dev, func() (int64, int64, error) { return n.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
-		klog.InfoS("Growing ext4 offline", "device", dev, "to", bs*newBlocks)
-		if out, err := n.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
-			// 1 and 2: errors were corrected.
-			var ee utilexec.ExitError
-			if !errors.As(err, &ee) || ee.ExitStatus() > 2 {
-				return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
-			}
-		}
-		return n.resizeFs(dev, "")
-	})
-	return err
-}
-
 // resizeFs grows the filesystem on dev (mounted at mountPoint, for xfs) with mount-utils' ResizeFs, which
 // runs resize2fs or xfs_growfs as the filesystem asks.
-func (n *NodeServer) resizeFs(dev, mountPoint string) error {
-	if _, err := mount.NewResizeFs(n.mounter.Exec).Resize(dev, mountPoint); err != nil {
+func (h *realHost) resizeFs(dev, mountPoint string) error {
+	if _, err := mount.NewResizeFs(h.mounter.Exec).Resize(dev, mountPoint); err != nil {
 		return fmt.Errorf("grow the filesystem on %s: %w", dev, err)
 	}
 	return nil
 }
 
-// growExt4Online grows a mounted ext4 with EXT4_IOC_RESIZE_FS and returns its size. The ioctl is used rather
-// than resize2fs so that a refusal (EPERM without CAP_SYS_RESOURCE) comes back as an errno, at once.
-func (n *NodeServer) growExt4Online(ctx context.Context, dev, mountPoint string) (int64, error) {
-	return growToDevice(dev, func() (int64, int64, error) { return n.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
-		fd, err := unix.Open(mountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return &fs.PathError{Op: "open", Path: mountPoint, Err: err}
+// growExt4Online grows a mounted ext4 with EXT4_IOC_RESIZE_FS. The ioctl is used rather than resize2fs so
+// that a refusal (EPERM without CAP_SYS_RESOURCE) comes back as an errno, at once.
+func growExt4Online(dev, mountPoint string, bs, newBlocks int64) error {
+	fd, err := unix.Open(mountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: mountPoint, Err: err}
+	}
+	defer unix.Close(fd)
+	klog.InfoS("Growing ext4 online", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
+	arg := uint64(newBlocks)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IOCResizeFS, uintptr(unsafe.Pointer(&arg))); errno != 0 {
+		if errno == unix.EPERM {
+			return fmt.Errorf("%w: growing ext4 on %s (%s) to %d bytes: %v; it grows when the volume is next staged (offline)",
+				errOnlineResizeRefused, mountPoint, dev, bs*newBlocks, errno)
 		}
-		defer unix.Close(fd)
-		klog.InfoS("Growing ext4 online", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
-		arg := uint64(newBlocks)
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IOCResizeFS, uintptr(unsafe.Pointer(&arg))); errno != 0 {
-			if errno == unix.EPERM {
-				return fmt.Errorf("%w: growing ext4 on %s (%s) to %d bytes: %v; it grows when the volume is next staged (offline)",
-					errOnlineResizeRefused, mountPoint, dev, bs*newBlocks, errno)
-			}
-			return fmt.Errorf("grow ext4 on %s (%s): %w", mountPoint, dev, errno)
-		}
-		return nil
-	})
-}
-
-// growXFS grows a mounted XFS to its device when the device is larger, and returns the filesystem's size.
-func (n *NodeServer) growXFS(ctx context.Context, dev, mountPoint string) (int64, error) {
-	return growToDevice(dev, func() (int64, int64, error) { return n.xfsGeometry(ctx, mountPoint) }, func(bs, newBlocks int64) error {
-		klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
-		return n.resizeFs(dev, mountPoint)
-	})
+		return fmt.Errorf("grow ext4 on %s (%s): %w", mountPoint, dev, errno)
+	}
+	return nil
 }
 
 var (
@@ -230,8 +213,8 @@ var (
 
 // ext4Geometry reads block size and block count from the superblock (dumpe2fs -h); statfs would leave the
 // metadata overhead out.
-func (n *NodeServer) ext4Geometry(ctx context.Context, dev string) (blockSize, blocks int64, err error) {
-	out, err := n.mounter.Exec.CommandContext(ctx, "dumpe2fs", "-h", dev).Output()
+func (h *realHost) ext4Geometry(ctx context.Context, dev string) (blockSize, blocks int64, err error) {
+	out, err := h.mounter.Exec.CommandContext(ctx, "dumpe2fs", "-h", dev).Output()
 	if err != nil {
 		return 0, 0, fmt.Errorf("dumpe2fs -h %s: %w", dev, err)
 	}
@@ -239,8 +222,8 @@ func (n *NodeServer) ext4Geometry(ctx context.Context, dev string) (blockSize, b
 }
 
 // xfsGeometry reads the data section's block size and count of a mounted XFS.
-func (n *NodeServer) xfsGeometry(ctx context.Context, mountPoint string) (blockSize, blocks int64, err error) {
-	out, err := n.mounter.Exec.CommandContext(ctx, "xfs_info", mountPoint).Output()
+func (h *realHost) xfsGeometry(ctx context.Context, mountPoint string) (blockSize, blocks int64, err error) {
+	out, err := h.mounter.Exec.CommandContext(ctx, "xfs_info", mountPoint).Output()
 	if err != nil {
 		return 0, 0, fmt.Errorf("xfs_info %s: %w", mountPoint, err)
 	}

@@ -17,7 +17,7 @@ import (
 // the device size. (statfs leaves metadata overhead out and cannot be compared exactly.)
 func checkExt4FillsDevice(t *testing.T, e *nodeEnv, dev string, want int64) {
 	t.Helper()
-	bs, blocks, err := e.node.ext4Geometry(context.Background(), dev)
+	bs, blocks, err := e.node.host.(*realHost).ext4Geometry(context.Background(), dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestNodeXFSOnlineGrowth(t *testing.T) {
 		}
 		capacity = resp.GetCapacityBytes()
 	}
-	bs, blocks, err := e.node.xfsGeometry(context.Background(), target)
+	bs, blocks, err := e.node.host.(*realHost).xfsGeometry(context.Background(), target)
 	if err != nil {
 		t.Fatal(err)
 	}

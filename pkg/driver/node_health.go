@@ -54,7 +54,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		if p.path == "" {
 			continue
 		}
-		mi, mounted, err := volumeMountAt(p.path, n.owns(volumeID))
+		mi, mounted, err := volumeMountAt(n.host, p.path, n.owns(volumeID))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			h.add(inaccessible, p.missing, fmt.Sprintf("%s does not exist", p.path))
@@ -64,7 +64,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			return nil, rpcError(err)
 		case mounted:
 			seen = true
-			dev := mountedDevice(mi, p.path)
+			dev := mountedDevice(n.host, mi, p.path)
 			devs[dev] = true
 			if dev == mountDev(mi) {
 				n.filesystemProblems(ctx, &h, mi, p.path)
@@ -79,7 +79,7 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		return nil, rpcError(err)
 	}
 	if dev != "" {
-		rdev, _, err := blockDevice(dev)
+		rdev, _, err := n.host.blockDevice(dev)
 		if err != nil {
 			return nil, rpcError(err)
 		}
@@ -98,21 +98,61 @@ func (n *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: h.entries}}, nil
 }
 
-// deviceProblems adds why the block device numbered rdev can no longer serve I/O: gone, detached, emptied, or
-// failing a direct read of its first block.
+// deviceProblems adds why the block device numbered rdev can no longer serve I/O.
 func (n *NodeServer) deviceProblems(ctx context.Context, h *healthReport, rdev uint64) {
-	if reason, msg := n.deviceProblem(rdev); reason != "" {
+	if reason, msg := n.host.deviceCondition(ctx, rdev); reason != "" {
 		h.add(inaccessible, reason, msg)
-		return
 	}
-	node, err := n.deviceNode(rdev)
+}
+
+// deviceCondition: gone, detached, emptied, or failing a direct read of its first block.
+func (h *realHost) deviceCondition(ctx context.Context, rdev uint64) (reason, message string) {
+	id := devID(rdev)
+	name, err := h.sys.kernelName(rdev)
 	if err != nil {
-		h.add(inaccessible, "DeviceGone", err.Error())
-		return
+		return "DeviceGone", fmt.Sprintf("block device %s is gone: %v", id, err)
+	}
+	if isLoopName(name) {
+		if d, bound, err := h.sys.block.Read(name); err == nil {
+			switch {
+			case !bound:
+				return "DeviceDetached", fmt.Sprintf("loop device %s (%s) is no longer bound to the volume", name, id)
+			case d.Autoclear:
+				return "DetachPending", fmt.Sprintf("loop device %s was detached from the instance; it goes away when unmounted", name)
+			case d.Deleted:
+				return "BackingFileDeleted", fmt.Sprintf("the backing file of loop device %s was deleted", name)
+			}
+		}
+	}
+	if size, err := h.sys.attr(rdev, "size"); err == nil && size == "0" {
+		return "DeviceEmpty", fmt.Sprintf("block device %s (%s) has no capacity", name, id)
+	}
+	node, err := h.deviceNode(rdev)
+	if err != nil {
+		return "DeviceGone", err.Error()
 	}
 	if err := probe(ctx, func() error { return readFirstBlock(node) }); err != nil {
-		h.add(inaccessible, "DeviceReadError", fmt.Sprintf("reading %s failed: %v", node, err))
+		return "DeviceReadError", fmt.Sprintf("reading %s failed: %v", node, err)
 	}
+	return "", ""
+}
+
+// deviceNode finds a node for the block device numbered rdev under the device directory, by the kernel's
+// name for it.
+func (h *realHost) deviceNode(rdev uint64) (string, error) {
+	uevent, err := h.sys.attr(rdev, "uevent")
+	if err != nil {
+		return "", fmt.Errorf("device %s: %w", devID(rdev), err)
+	}
+	for line := range strings.Lines(uevent) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok {
+			node := filepath.Join(h.devDir, name)
+			if got, isBlock, err := h.blockDevice(node); err == nil && isBlock && got == rdev {
+				return node, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no device node for %s under %s", devID(rdev), h.devDir)
 }
 
 // filesystemProblems adds the kernel's verdict on the filesystem mounted at path: shut down or made read-only
@@ -126,7 +166,7 @@ func (n *NodeServer) filesystemProblems(ctx context.Context, h *healthReport, mi
 		h.add(inaccessible, "FilesystemReadOnlyAfterErrors", fmt.Sprintf("the kernel made the %s filesystem at %s read-only after errors", mi.FSType, path))
 	}
 	if mi.FSType == FSExt4 {
-		if name, err := kernelDeviceName(mountDev(mi)); err == nil {
+		if name, err := n.sys.kernelName(mountDev(mi)); err == nil {
 			dir := filepath.Join(sysFSExt4, name)
 			if count, err := readSysInt(filepath.Join(dir, "errors_count")); err == nil && count > 0 {
 				fn, _ := os.ReadFile(filepath.Join(dir, "last_error_func"))
@@ -182,15 +222,6 @@ func pathExists(p string) bool {
 	}
 	_, err := os.Lstat(p)
 	return err == nil
-}
-
-// kernelDeviceName is the kernel's name ("loop3") of the block device numbered rdev.
-func kernelDeviceName(rdev uint64) (string, error) {
-	link, err := os.Readlink(filepath.Join(sysDevBlock, fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))))
-	if err != nil {
-		return "", err
-	}
-	return filepath.Base(link), nil
 }
 
 func readSysInt(file string) (int64, error) {

@@ -26,6 +26,9 @@ const (
 	xfsSize  = 320 * mib
 )
 
+// machine is the real host, for tests that look at what the node did on it.
+var machine host = &realHost{sys: sysfsView{devBlock: sysDevBlock}, devDir: DefaultDevDir}
+
 // nodeEnv is a node server on real loop devices. Everything it mounts lies under dir, and every volume it
 // creates is force-detached at cleanup, after the mounts under dir are gone.
 type nodeEnv struct {
@@ -131,6 +134,61 @@ func (e *nodeEnv) mustUnpublish(id, target string) {
 	}
 }
 
+// Calls as the safety tables run them.
+
+func (e *nodeEnv) stageCall(id, staging string, vc *csi.VolumeCapability) func() error {
+	return func() error { return e.stage(id, staging, vc, nil) }
+}
+
+func (e *nodeEnv) publishCall(id, staging, target string, vc *csi.VolumeCapability, ro bool) func() error {
+	return func() error { return e.publish(id, staging, target, vc, ro) }
+}
+
+func (e *nodeEnv) unstageCall(id, staging string) func() error {
+	return func() error {
+		_, err := e.node.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		return err
+	}
+}
+
+func (e *nodeEnv) unpublishCall(id, target string) func() error {
+	return func() error {
+		_, err := e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+		return err
+	}
+}
+
+func (e *nodeEnv) expandCall(id, path string, vc *csi.VolumeCapability) func() error {
+	return func() error {
+		_, err := e.node.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: path, VolumeCapability: vc})
+		return err
+	}
+}
+
+func (e *nodeEnv) statsCall(id, path string) func() error {
+	return func() error {
+		_, err := e.node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: path})
+		return err
+	}
+}
+
+func (e *nodeEnv) healthCall(id, publishPath, staging string) func() error {
+	return func() error {
+		_, err := e.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: id,
+			VolumePublishPath: publishPath, StagingTargetPath: staging})
+		return err
+	}
+}
+
+// gone checks that path does not exist.
+func gone(path string) func(t *testing.T) {
+	return func(t *testing.T) {
+		if _, err := os.Lstat(path); !os.IsNotExist(err) {
+			t.Errorf("%s still exists (%v)", path, err)
+		}
+	}
+}
+
 func mountCap(fsType string, mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
 	return &csi.VolumeCapability{
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType, MountFlags: flags}},
@@ -158,7 +216,7 @@ func wantCode(t *testing.T, err error, code codes.Code, what string) {
 // isMounted reports whether path is a mount point, failing the test on errors other than a missing path.
 func isMounted(t *testing.T, path string) bool {
 	t.Helper()
-	_, mounted, err := mountAt(path)
+	_, mounted, err := mountAt(machine, path)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatalf("mountAt %s: %v", path, err)
 	}

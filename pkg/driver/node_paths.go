@@ -82,27 +82,18 @@ func checkVolumePath(volumeID, p string) error {
 	return nil
 }
 
-// mountedDevice is the device a mount on path serves: for the bind mount of a device node (a published block
-// volume) the node's device, else the mounted filesystem's device.
-func mountedDevice(mi *mountinfo.Info, path string) uint64 {
-	if rdev, isBlock, err := blockDevice(path); err == nil && isBlock {
-		return rdev
-	}
-	return mountDev(mi)
-}
-
 // errForeignPath: the path holds a mount or data that is not the volume's; it is left untouched.
 var errForeignPath = errors.New("path holds something that is not this volume's")
 
 // volumeMountAt returns the topmost mount on path when it serves one of the devices owns accepts. A missing
 // path is fs.ErrNotExist; mounted is false when nothing is mounted there; a mount of another device is
 // errForeignPath.
-func volumeMountAt(path string, owns func(rdev uint64) (bool, error)) (mi *mountinfo.Info, mounted bool, err error) {
-	mi, mounted, err = mountAt(path)
+func volumeMountAt(h host, path string, owns func(rdev uint64) (bool, error)) (mi *mountinfo.Info, mounted bool, err error) {
+	mi, mounted, err = mountAt(h, path)
 	if err != nil || !mounted {
 		return nil, false, err
 	}
-	dev := mountedDevice(mi, path)
+	dev := mountedDevice(h, mi, path)
 	ok, err := owns(dev)
 	if err != nil {
 		return nil, false, err

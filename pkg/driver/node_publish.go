@@ -74,7 +74,7 @@ type publication struct {
 }
 
 func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []string) error {
-	smi, staged, err := mountAt(p.staging)
+	smi, staged, err := mountAt(n.host, p.staging)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -82,7 +82,7 @@ func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []strin
 		return fmt.Errorf("%w: staging path %s is not a mount of volume %s's device", errNotStaged, p.staging, p.volumeID)
 	}
 	if p.singleWriter {
-		mounts, err := mountsOfDevice(rdev)
+		mounts, err := mountsOfDevice(n.host, rdev)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []strin
 }
 
 func (n *NodeServer) publishBlock(p publication, rdev uint64) error {
-	smi, mounted, err := mountAt(p.staging)
+	smi, mounted, err := mountAt(n.host, p.staging)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: staging path %s does not exist", errNotStaged, p.staging)
 	}
@@ -118,7 +118,7 @@ func (n *NodeServer) publishBlock(p publication, rdev uint64) error {
 		return err
 	}
 	if p.singleWriter {
-		others, err := deviceBindMounts(rdev, filepath.Base(dev))
+		others, err := deviceBindMounts(n.host, rdev, filepath.Base(dev))
 		if err != nil {
 			return err
 		}
@@ -138,12 +138,12 @@ func (n *NodeServer) publishBlock(p publication, rdev uint64) error {
 // for the bind mount (see prepareMountPoint). A target mounted from anything else, or holding data, is
 // errPathInUse and is left as it is.
 func (n *NodeServer) alreadyPublished(p publication, rdev uint64, block bool) (done bool, err error) {
-	mi, mounted, err := mountAt(p.target)
+	mi, mounted, err := mountAt(n.host, p.target)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
 	if mounted {
-		got := mountedDevice(mi, p.target)
+		got := mountedDevice(n.host, mi, p.target)
 		if got != rdev || readOnlyMount(mi) != p.readOnly {
 			return false, fmt.Errorf("%w: target %s is a mount of %s (%d:%d, read-only %v), not volume %s (read-only %v)",
 				errPathInUse, p.target, mi.Source, unix.Major(got), unix.Minor(got), readOnlyMount(mi), p.volumeID, p.readOnly)
@@ -162,7 +162,7 @@ func (n *NodeServer) bindMount(p publication, source string, mountFlags []string
 		opts = append(opts, "ro")
 	}
 	opts = append(opts, mountFlags...)
-	if err := n.mounter.Mount(source, p.target, "", opts); err != nil {
+	if err := n.host.mount(source, p.target, "", opts); err != nil {
 		return fmt.Errorf("bind %s onto %s: %w", source, p.target, err)
 	}
 	klog.InfoS("Volume published", "volume", p.volumeID, "source", source, "target", p.target, "readOnly", p.readOnly)

@@ -73,10 +73,10 @@ type hostState struct {
 	files  map[string]string // path -> type, mode, size, content hash or link target
 }
 
-func snapshotHost(t *testing.T, trees []string, listings []string) hostState {
+func snapshotHost(t *testing.T, h host, trees []string, listings []string) hostState {
 	t.Helper()
 	s := hostState{mounts: map[string]string{}, files: map[string]string{}}
-	infos, err := mountinfo.GetMounts(nil)
+	infos, err := h.mounts(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +171,27 @@ type safetyCase struct {
 	check func(t *testing.T)
 }
 
+// runSafetyCases runs the cases in order, each checked for its code, its check and that nothing changed
+// outside its own paths between two snapshots.
+func runSafetyCases(t *testing.T, cases []safetyCase, snap func() hostState) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := snap()
+			err := tc.call()
+			if got := status.Code(err); got != tc.want {
+				t.Errorf("code %s (%v), want %s", got, err, tc.want)
+			}
+			if tc.check != nil {
+				tc.check(t)
+			}
+			for _, d := range changesOutside(before, snap(), tc.own) {
+				t.Errorf("changed outside the volume's paths: %s", d)
+			}
+		})
+	}
+}
+
 func runNodeSafety(t *testing.T) {
 	e := newNodeEnv(t, NodeOptions{})
 	ctx := context.Background()
@@ -202,54 +223,13 @@ func runNodeSafety(t *testing.T) {
 	writeFile(t, filepath.Join(tgA, "on-volume-a"), "A")
 
 	n := e.node
-	stage := func(id, staging string, vc *csi.VolumeCapability) func() error {
-		return func() error { return e.stage(id, staging, vc, nil) }
-	}
-	publish := func(id, staging, target string, vc *csi.VolumeCapability, ro bool) func() error {
-		return func() error { return e.publish(id, staging, target, vc, ro) }
-	}
-	unstage := func(id, staging string) func() error {
-		return func() error {
-			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
-			return err
-		}
-	}
-	unpublish := func(id, target string) func() error {
-		return func() error {
-			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
-			return err
-		}
-	}
-	expand := func(id, path string, vc *csi.VolumeCapability) func() error {
-		return func() error {
-			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: path, VolumeCapability: vc})
-			return err
-		}
-	}
-	stats := func(id, path string) func() error {
-		return func() error {
-			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: path})
-			return err
-		}
-	}
-	health := func(id, publishPath, staging string) func() error {
-		return func() error {
-			_, err := n.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: publishPath, StagingTargetPath: staging})
-			return err
-		}
-	}
+	stage, publish, unstage, unpublish := e.stageCall, e.publishCall, e.unstageCall, e.unpublishCall
+	expand, stats, health := e.expandCall, e.statsCall, e.healthCall
 	withFlags := func(flags ...string) *csi.VolumeCapability { return mountCap("ext4", rwo, flags...) }
 	mounted := func(path string, want bool) func(t *testing.T) {
 		return func(t *testing.T) {
 			if got := isMounted(t, path); got != want {
 				t.Errorf("%s mounted = %v, want %v", path, got, want)
-			}
-		}
-	}
-	gone := func(path string) func(t *testing.T) {
-		return func(t *testing.T) {
-			if _, err := os.Lstat(path); !os.IsNotExist(err) {
-				t.Errorf("%s still exists (%v)", path, err)
 			}
 		}
 	}
@@ -272,7 +252,7 @@ func runNodeSafety(t *testing.T) {
 		{name: "2 stage B on A's staging path", call: stage(idB, stA, ext4), want: codes.AlreadyExists},
 		{name: "2 unstage B from A's staging path", call: unstage(idB, stA), want: codes.FailedPrecondition, check: mounted(stA, true)},
 		{name: "2 stage while the path is held", call: func() error {
-			release, ok := n.inFlight.acquire(ctx, "path/"+stK)
+			release, _, ok := n.inFlight.acquire("path/" + stK)
 			if !ok {
 				return fmt.Errorf("path lock busy")
 			}
@@ -354,7 +334,7 @@ func runNodeSafety(t *testing.T) {
 		{name: "6 block stage where the volume is staged with a filesystem", call: stage(idA, stA, blk), want: codes.AlreadyExists},
 		{name: "6 publish with valid flags", call: publish(idA, stA, t6, withFlags("noexec", "nosuid,nodev"), false), want: codes.OK, own: []string{t6},
 			check: func(t *testing.T) {
-				mi, _, err := mountAt(t6)
+				mi, _, err := mountAt(machine, t6)
 				if err != nil || !slices.Contains(strings.Split(mi.Options, ","), "noexec") {
 					t.Errorf("target %s not mounted noexec: %+v, %v", t6, mi, err)
 				}
@@ -382,22 +362,8 @@ func runNodeSafety(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := func() hostState { return snapshotHost(t, []string{e.dir}, []string{cwd, "/"}) }
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			before := snap()
-			err := tc.call()
-			if got := status.Code(err); got != tc.want {
-				t.Errorf("code %s (%v), want %s", got, err, tc.want)
-			}
-			if tc.check != nil {
-				tc.check(t)
-			}
-			for _, d := range changesOutside(before, snap(), tc.own) {
-				t.Errorf("changed outside the volume's paths: %s", d)
-			}
-		})
-	}
+	snap := func() hostState { return snapshotHost(t, machine, []string{e.dir}, []string{cwd, "/"}) }
+	runSafetyCases(t, cases, snap)
 
 	// 2. Two volumes staged concurrently on one path: one wins, the other is refused; nothing stacks, and
 	// unstaging the loser leaves the winner's mount.

@@ -68,7 +68,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 // stageBlock needs nothing beyond the device, but keeps the staging directory meaningful for later calls
 // (publish, health, expand): it must be an empty directory, and not hold a filesystem staging of the volume.
 func (n *NodeServer) stageBlock(volumeID, dev, staging string) error {
-	if _, mounted, err := mountAt(staging); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if _, mounted, err := mountAt(n.host, staging); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	} else if mounted {
 		return fmt.Errorf("%w: staging path %s is a mount point; volume %s is staged as a block device", errPathInUse, staging, volumeID)
@@ -81,11 +81,11 @@ func (n *NodeServer) stageBlock(volumeID, dev, staging string) error {
 }
 
 func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging, fsType string, formatOpts, mountFlags []string) error {
-	rdev, _, err := blockDevice(dev)
+	rdev, _, err := n.host.blockDevice(dev)
 	if err != nil {
 		return err
 	}
-	mi, mounted, err := mountAt(staging)
+	mi, mounted, err := mountAt(n.host, staging)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("inspect staging path %s: %w", staging, err)
 	}
@@ -97,7 +97,7 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		klog.V(4).InfoS("Volume already staged", "volume", volumeID, "device", dev, "stagingPath", staging)
 		// A stage that crashed after mounting had not grown the filesystem yet.
 		if fsType == FSXFS {
-			_, err := n.growXFS(ctx, dev, staging)
+			_, err := n.host.growFS(ctx, fsType, dev, staging)
 			return err
 		}
 		return nil
@@ -106,23 +106,21 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		return err
 	}
 
-	existing, err := n.diskFormat(dev)
+	existing, err := n.existingFormat(volumeID, dev)
 	if err != nil {
 		return fmt.Errorf("probe %s for a filesystem: %w", dev, err)
 	}
 	switch existing {
-	case "":
-		klog.InfoS("Formatting blank device", "volume", volumeID, "device", dev, "fsType", fsType, "options", formatOpts)
-	case fsType:
-		if fsType == FSExt4 {
-			// Growing before mounting: online ext4 growth needs CAP_SYS_RESOURCE, offline growth does not.
-			if err := n.growExt4Offline(ctx, dev, rdev); err != nil {
-				return err
-			}
-		}
+	case "", fsType:
 	default:
 		return fmt.Errorf("%w: %s (volume %s) holds %q, the volume capability asks for %s; it is neither formatted nor mounted",
 			errDeviceHasData, dev, volumeID, existing, fsType)
+	}
+	if existing == FSExt4 {
+		// Growing before mounting: online ext4 growth needs CAP_SYS_RESOURCE, offline growth does not.
+		if err := n.growExt4Offline(ctx, dev, rdev); err != nil {
+			return err
+		}
 	}
 
 	opts := append([]string{}, mountFlags...)
@@ -130,13 +128,13 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		// Restored snapshots and clones share their source's XFS UUID; without nouuid the second mount fails.
 		opts = append(opts, "nouuid")
 	}
-	if err := n.formatAndMountProbed(dev, staging, fsType, existing, opts, formatOpts); err != nil {
+	if err := n.mountStaged(volumeID, dev, staging, fsType, existing, opts, formatOpts); err != nil {
 		return fmt.Errorf("format and mount %s on %s: %w", dev, staging, err)
 	}
 	klog.InfoS("Volume staged", "volume", volumeID, "device", dev, "stagingPath", staging, "fsType", fsType)
 	// A filesystem mkfs has just made fills its device: only an existing one may need growing.
 	if fsType == FSXFS && existing != "" {
-		if _, err := n.growXFS(ctx, dev, staging); err != nil {
+		if _, err := n.host.growFS(ctx, fsType, dev, staging); err != nil {
 			return err
 		}
 	}
@@ -205,6 +203,10 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	}
 	defer release()
 	if _, err := n.unmountVolume(volumeID, staging); err != nil {
+		return nil, rpcError(err)
+	}
+	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more.
+	if err := n.state.forgetStagedDevice(volumeID); err != nil {
 		return nil, rpcError(err)
 	}
 	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)

@@ -41,11 +41,11 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 			for range 2 {
 				e.mustStage(id, staging, vc, nil)
 			}
-			mi, mounted, err := mountAt(staging)
+			mi, mounted, err := mountAt(machine, staging)
 			if err != nil || !mounted || mi.FSType != tc.fs {
 				t.Fatalf("staging path: mounted %v, fs %q, err %v", mounted, mi.FSType, err)
 			}
-			if rdev, _, _ := blockDevice(dev); mountDev(mi) != rdev {
+			if rdev, _, _ := machine.blockDevice(dev); mountDev(mi) != rdev {
 				t.Fatalf("staging path is mounted from %d:%d, not %s", mi.Major, mi.Minor, dev)
 			}
 			for range 2 {
@@ -198,7 +198,7 @@ func TestNodePublishReadOnly(t *testing.T) {
 	if got := readFile(t, filepath.Join(ro, "f")); got != "x" {
 		t.Fatalf("read-only publication reads %q", got)
 	}
-	mi, _, err := mountAt(rw)
+	mi, _, err := mountAt(machine, rw)
 	if err != nil || !strings.Contains(mi.Options, "noatime") {
 		t.Errorf("mount flags not applied to the publication: %v, %v", mi.Options, err)
 	}
@@ -250,12 +250,12 @@ func TestNodeBlockVolume(t *testing.T) {
 	for range 2 {
 		e.mustPublish(id, staging, target, vc, false)
 	}
-	want, _, _ := blockDevice(dev)
-	got, isBlock, err := blockDevice(target)
+	want, _, _ := machine.blockDevice(dev)
+	got, isBlock, err := machine.blockDevice(target)
 	if err != nil || !isBlock || got != want {
 		t.Fatalf("target: block %v, rdev %d, err %v; want the device %s (%d)", isBlock, got, err, dev, want)
 	}
-	if size, err := deviceSize(target); err != nil || size != ext4Size {
+	if size, err := machine.deviceSize(target); err != nil || size != ext4Size {
 		t.Fatalf("target size %d, %v; want %d", size, err, ext4Size)
 	}
 	// Writes through the target reach the device.

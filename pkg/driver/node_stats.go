@@ -2,10 +2,8 @@ package driver
 
 import (
 	"context"
-	"io/fs"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -32,15 +30,15 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 		return nil, rpcError(err)
 	}
 	if at.mount == nil {
-		size, err := deviceSize(at.dev)
+		size, err := n.host.deviceSize(at.dev)
 		if err != nil {
 			return nil, rpcError(err)
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return nil, rpcError(&fs.PathError{Op: "statfs", Path: path, Err: err})
+	st, err := n.host.statfs(path)
+	if err != nil {
+		return nil, rpcError(err)
 	}
 	bs := st.Bsize
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{

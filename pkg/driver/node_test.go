@@ -58,8 +58,8 @@ func TestNewNodeServerOptions(t *testing.T) {
 	if n.opts.DevDir != DefaultDevDir || n.opts.DeviceWait != DefaultDeviceWait || n.opts.MaxConcurrentFormat != DefaultMaxConcurrentFormat {
 		t.Errorf("defaults not applied: %+v", n.opts)
 	}
-	if n.mounter == nil || n.devices == nil || n.inFlight == nil {
-		t.Error("mounter, device finder or in-flight guard missing")
+	if n.host == nil || n.devices == nil || n.inFlight == nil || n.state == nil {
+		t.Error("host, device finder, in-flight guard or state missing")
 	}
 }
 
@@ -219,7 +219,7 @@ func TestNodeValidation(t *testing.T) {
 func TestNodeInFlight(t *testing.T) {
 	n := newTestNode(t)
 	ctx := context.Background()
-	release, ok := n.inFlight.acquire(ctx, "volume/vol-00000000000000b51")
+	release, _, ok := n.inFlight.acquire("volume/vol-00000000000000b51")
 	if !ok {
 		t.Fatal("acquire failed")
 	}
@@ -301,11 +301,11 @@ func TestMountAtEscapedPaths(t *testing.T) {
 		if err := unix.Mount(base, p, "", unix.MS_BIND, ""); err != nil {
 			t.Fatalf("bind mount on %q: %v", p, err)
 		}
-		if _, mounted, err := mountAt(p); err != nil || !mounted {
+		if _, mounted, err := mountAt(machine, p); err != nil || !mounted {
 			t.Errorf("mountAt(%q) = mounted %v, %v; want the bind mount", p, mounted, err)
 		}
 	}
-	if _, mounted, err := mountAt(base); err != nil || mounted {
+	if _, mounted, err := mountAt(machine, base); err != nil || mounted {
 		t.Errorf("mountAt(%q) = mounted %v, %v; nothing is mounted there", base, mounted, err)
 	}
 }
