@@ -44,10 +44,10 @@ const (
 //   - EBS NVMe devices (Nitro instances), by the by-id link, checked against the device's serial;
 //   - on Xen instances (m4, c4, t2...) EBS volumes are /dev/xvdX (or /dev/sdX), with no serial: the device is
 //     the one the publish context names (PublishDevicePath), used only when it checks out: at least the size
-//     the volume had when it was published (PublishVolumeSize; volumes only grow), not a loop or NVMe device
-//     (those say whose they are, and it would have been found above), and held by no mount, partition or
-//     holder unless this boot's record says the volume is staged from it (its mounts are then the volume's
-//     own staging and publications). Stage records the device (nodeState), so that calls without a publish
+//     the volume had when it was published (PublishVolumeSize; volumes only grow), not a partition, not a loop
+//     or NVMe device (those say whose they are, and it would have been found above), and held by no mount,
+//     bind, partition mount or holder unless this boot's record says the volume is staged from it (its mounts
+//     are then the volume's own staging and publications). Stage records the device (nodeState), so that calls without a publish
 //     context find it and recognise its mounts; the record goes at unstage.
 //
 // A name alone is never trusted: the publish context can be stale, and /dev entries can point at another

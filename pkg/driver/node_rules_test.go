@@ -78,6 +78,21 @@ func TestNodeRules(t *testing.T) {
 			}
 		}
 	}
+	// healthy checks the volume's health at its paths: the reasons reported, none for a healthy volume.
+	healthy := func(id, publish, staging string, reasons ...string) func() error {
+		return func() error {
+			resp, err := e.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: id,
+				VolumePublishPath: publish, StagingTargetPath: staging})
+			var got []string
+			for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+				got = append(got, h.GetReason())
+			}
+			if err == nil && !slices.Equal(got, reasons) {
+				t.Errorf("health of %s at %s, %s: %v, want %v", id, publish, staging, got, reasons)
+			}
+			return err
+		}
+	}
 	t1, t5, t6 := filepath.Join(w, "t1"), filepath.Join(w, "t5"), filepath.Join(w, "t6")
 	cases := []safetyCase{
 		// Publish needs the staging path to be a mount of the volume's own device.
@@ -122,6 +137,12 @@ func TestNodeRules(t *testing.T) {
 		{name: "stats of the NVMe volume's staging path", call: stats(idN, stN), want: codes.OK},
 		{name: "stats of the Xen volume's target", call: stats(idX, tgX), want: codes.OK},
 		{name: "stats of a block volume's target", call: stats(idK, tgK), want: codes.OK},
+		// Health looks only at the volume's own mounts and device.
+		{name: "health of the Xen volume", call: healthy(idX, tgX, stX), want: codes.OK},
+		{name: "health of the NVMe volume", call: healthy(idN, "", stN), want: codes.OK},
+		{name: "health at another volume's paths", call: healthy(idB, tgA, stA, "ForeignMount"), want: codes.OK},
+		{name: "health at a foreign tmpfs", call: healthy(idA, foreign, "", "ForeignMount"), want: codes.OK},
+		{name: "health of a volume not here", call: healthy(idZ, "", ""), want: codes.NotFound},
 		// Publish needs a target that is missing or an empty mount point.
 		{name: "publish to a directory with data", call: publish(idA, stA, filepath.Join(w, "etc"), ext4, false), want: codes.AlreadyExists},
 		{name: "publish to a symlink", call: publish(idA, stA, filepath.Join(w, "link"), ext4, false), want: codes.AlreadyExists},

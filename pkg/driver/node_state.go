@@ -71,15 +71,27 @@ func newNodeState(dir string) (*nodeState, error) {
 	return s, nil
 }
 
+// file is the record's path, for a volume ID of the cloud's shape only: nothing else names a file here.
+func (s *nodeState) file(kind, volumeID string) (string, error) {
+	if !volumeIDPattern.MatchString(volumeID) {
+		return "", fmt.Errorf("%w: no record for %q: not a volume ID", errInvalidParameter, volumeID)
+	}
+	return filepath.Join(s.dir, kind, volumeID), nil
+}
+
 // read returns the record's fields; ok is false when there is none, or only a torn one.
 func (s *nodeState) read(kind, volumeID string) (fields map[string]string, ok bool, err error) {
+	path, err := s.file(kind, volumeID)
+	if err != nil {
+		return nil, false, err
+	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		f, ok := s.mem[kind+"/"+volumeID]
 		return maps.Clone(f), ok, nil
 	}
-	f, err := os.Open(filepath.Join(s.dir, kind, volumeID))
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -109,6 +121,10 @@ func (s *nodeState) read(kind, volumeID string) (fields map[string]string, ok bo
 
 // write replaces the record; durable fsyncs it and its directory before returning.
 func (s *nodeState) write(kind, volumeID string, fields map[string]string, durable bool) error {
+	path, err := s.file(kind, volumeID)
+	if err != nil {
+		return err
+	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -120,7 +136,6 @@ func (s *nodeState) write(kind, volumeID string, fields map[string]string, durab
 		fmt.Fprintf(&b, "%s=%s\n", k, fields[k])
 	}
 	b.WriteString("end=\n")
-	path := filepath.Join(s.dir, kind, volumeID)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -140,13 +155,17 @@ func (s *nodeState) write(kind, volumeID string, fields map[string]string, durab
 
 // remove deletes the record, if any; durable fsyncs the removal.
 func (s *nodeState) remove(kind, volumeID string, durable bool) error {
+	path, err := s.file(kind, volumeID)
+	if err != nil {
+		return err
+	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.mem, kind+"/"+volumeID)
 		return nil
 	}
-	err := os.Remove(filepath.Join(s.dir, kind, volumeID))
+	err = os.Remove(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
