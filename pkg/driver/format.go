@@ -27,7 +27,7 @@ func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
 	}
 	if unfinished == dev {
 		klog.InfoS("Formatting again: the last mkfs of the volume on this device did not finish", "volume", volumeID, "device", dev,
-			"record", n.state.recordPath(recordFormatting, volumeID))
+			"record", n.state.formatRecord(volumeID))
 		return "", nil
 	}
 	probed, probeErr := n.host.probe(dev)
@@ -61,8 +61,7 @@ func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
 	if probed.NonZero >= 0 {
 		also := ""
 		if unfinished != "" {
-			also = fmt.Sprintf(" (%s records an unfinished mkfs of the volume on %s, another device)",
-				n.state.recordPath(recordFormatting, volumeID), unfinished)
+			also = fmt.Sprintf(" (%s is of an unfinished mkfs on %s, another device)", n.state.formatRecord(volumeID), unfinished)
 		}
 		return "", fmt.Errorf("%w: %s (volume %s) holds data (its first non-zero byte where blkid looks is at offset %d) but no filesystem or partition table blkid recognises%s; it is neither formatted nor mounted",
 			errDeviceHasData, dev, volumeID, probed.NonZero, also)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -56,7 +55,7 @@ func TestNodeFormatRules(t *testing.T) {
 		{name: "data from the volume's unfinished mkfs on this device", blkid: fakeBlkidMeasured, size: gib, data: 4096, record: "self",
 			want: codes.OK, mkfs: 1},
 		{name: "data, an unfinished mkfs recorded on another device", blkid: fakeBlkidMeasured, size: gib, data: 4096, record: "/dev/loop9",
-			want: codes.FailedPrecondition, message: "records an unfinished mkfs of the volume on /dev/loop9", blkidRun: 1},
+			want: codes.FailedPrecondition, message: "is of an unfinished mkfs on /dev/loop9, another device", blkidRun: 1},
 		{name: "ext4, an unfinished mkfs recorded on another device", blkid: fakeBlkidMeasured, size: gib, fsType: FSExt4, data: 0,
 			record: "/dev/loop9", want: codes.OK, blkidRun: 1},
 		{name: "blank, staged read-only", blkid: fakeBlkidMeasured, size: gib, data: -1, readOnly: true, want: codes.FailedPrecondition,
@@ -137,8 +136,8 @@ func TestNodeRedoesFailedMkfs(t *testing.T) {
 	if got := m.ranMkfs(); len(got) != 2 || got[1] != d.node {
 		t.Errorf("mkfs ran on %v, want twice on %s", got, d.node)
 	}
-	if _, err := os.Stat(filepath.Join(stateDir, recordFormatting, vol)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("record of the finished mkfs still there: %v", err)
+	if dev, err := node().node.state.unfinishedFormat(vol); dev != "" || err != nil {
+		t.Errorf("record of the finished mkfs still there after a restart: %q, %v", dev, err)
 	}
 	wantCode(t, e.stage(other, e.path("other"), mountCap(FSExt4, rwo), nil), codes.FailedPrecondition, "stage of another volume holding data")
 }

@@ -1,32 +1,38 @@
 package driver
 
-// The node plugin remembers two things across its own restarts, as small files under its state directory
-// (NodeOptions.StateDir, --state-dir: by default under the kubelet's plugin directory on the host, so that they
-// outlive the plugin's container). Each file is named by a volume ID (checked before any file is touched) and
-// holds key=value lines written in one write, the last one "end=": a file without it was torn by a crash and
-// counts as none.
+// The node plugin remembers two things across its own restarts, under its state directory (NodeOptions.StateDir,
+// --state-dir: by default under the kubelet's plugin directory on the host, so that they outlive the plugin's
+// container). Both are keyed by volume ID, checked to have the cloud's shape before anything is touched.
 //
-//	formatting/<volume>  "mkfs of this volume started on this device and has not finished". mke2fs and
-//	                     mkfs.xfs write much before their superblock, so a stage killed (or failing) during
-//	                     mkfs leaves data without a signature, which the node never formats otherwise. The
-//	                     record is written and fsynced (file and directory) before mkfs starts, and removed,
-//	                     the removal fsynced, once mkfs succeeded and before the filesystem is mounted: while
-//	                     it exists, nothing but the unfinished mkfs can be on the device, and a stage that
-//	                     finds it for the device it found formats again, whatever the device holds. A record
-//	                     naming another device (the volume was attached under another name since) is not acted
-//	                     on: data without a signature is refused, naming it, and a signature makes it void.
-//	devices/<volume>     "in this boot, the volume is staged from this device (path, number)": written at
-//	                     stage before the mount, for a device that carries no identity of its own (a Xen
-//	                     /dev/xvdX found by the publish context's device name), removed at unstage. Calls
-//	                     without a publish context (publish, unpublish, unstage, stats, expand, health) find
-//	                     and recognise the device by it. A record of another boot is void: attachments get
-//	                     device names anew. It is not fsynced: only a crash of the machine loses it, and that
-//	                     is another boot.
+//	formatting  "mkfs of this volume started on this device and has not finished". mke2fs and mkfs.xfs write
+//	            much before their superblock (mkfs.xfs even a superblock marked in progress, which blkid takes
+//	            for xfs and the kernel refuses to mount), so a stage killed, or failing, during mkfs leaves a
+//	            device the node would otherwise never format again. The record is made durable before mkfs
+//	            starts, and its removal made durable once mkfs succeeded, before the filesystem is mounted:
+//	            while it exists, the device holds nothing but the unfinished mkfs, and a stage that finds it
+//	            for the device it found formats again, whatever the device holds. A record naming another
+//	            device (the volume was attached under another name since) is not acted on: data without a
+//	            signature is refused, naming it, and a signature makes it void.
+//
+//	            The records are slots of one file of formatSlots sectors, written in place and fdatasynced: an
+//	            overwrite of a block the file already has needs no journal commit, which a new file (and its
+//	            directory entry) would, costing a stage several milliseconds on a busy disk where the slot
+//	            costs a device flush. A slot is one sector, so a crash leaves it old or new, never torn. The
+//	            file is read once, when the plugin starts; the slots in use are then kept in memory.
+//
+//	devices/<volume>  "in this boot, the volume is staged from this device (path, number)": written at stage
+//	            before the mount, for a device that carries no identity of its own (a Xen /dev/xvdX found by
+//	            the publish context's device name), removed at unstage. Calls without a publish context
+//	            (publish, unpublish, unstage, stats, expand, health) find and recognise the device by it. A
+//	            record of another boot is void: attachments get device names anew. One small file a volume,
+//	            key=value lines ending with "end=" (one without it was cut short and counts as none), not
+//	            fsynced: only a crash of the machine loses it, and that is another boot.
 //
 // With no state directory (tests, embedders) the records live in memory and die with the process.
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -39,59 +45,281 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
-// Kinds of record: the subdirectories of the state directory.
 const (
-	recordFormatting = "formatting"
-	recordDevice     = "devices"
+	// formatFile holds the formatting records; deviceDir the device records.
+	formatFile = "formatting"
+	deviceDir  = "devices"
+	// formatSlots is how many unfinished formats can be recorded at once, each in a sector of formatFile.
+	formatSlots = 128
+	slotSize    = 512
+	// maxRecordSize bounds what is read of a device record: a few lines.
+	maxRecordSize = 4096
 )
-
-// maxRecordSize bounds what is read of a record: they are a few lines.
-const maxRecordSize = 4096
 
 // nodeState is the node's records; see the top of this file.
 type nodeState struct {
 	dir string
 	mu  sync.Mutex
-	mem map[string]map[string]string // kind/volume → fields, when dir is ""
+	// formats is the slot of each volume's unfinished format, and its device.
+	formats map[string]formatSlot
+	// used marks the slots in use (or being written).
+	used [formatSlots]bool
+	// file is formatFile, nil without a state directory.
+	file *os.File
+	// devices holds the device records when there is no state directory.
+	devices map[string]map[string]string
 }
 
-// newNodeState opens the records under dir, creating its subdirectories; "" keeps them in memory.
+type formatSlot struct {
+	index  int
+	device string
+}
+
+// newNodeState opens the records under dir, creating what is missing; "" keeps them in memory.
 func newNodeState(dir string) (*nodeState, error) {
-	s := &nodeState{dir: dir, mem: map[string]map[string]string{}}
+	s := &nodeState{dir: dir, formats: map[string]formatSlot{}, devices: map[string]map[string]string{}}
 	if dir == "" {
 		return s, nil
 	}
-	for _, kind := range []string{recordFormatting, recordDevice} {
-		if err := os.MkdirAll(filepath.Join(dir, kind), 0o700); err != nil {
-			return nil, fmt.Errorf("node state directory: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Join(dir, deviceDir), 0o700); err != nil {
+		return nil, fmt.Errorf("node state directory: %w", err)
+	}
+	if err := s.openFormats(filepath.Join(dir, formatFile)); err != nil {
+		return nil, fmt.Errorf("node state: %w", err)
 	}
 	return s, nil
 }
 
-// file is the record's path, for a volume ID of the cloud's shape only: nothing else names a file here.
-func (s *nodeState) file(kind, volumeID string) (string, error) {
-	if !volumeIDPattern.MatchString(volumeID) {
-		return "", fmt.Errorf("%w: no record for %q: not a volume ID", errInvalidParameter, volumeID)
+// openFormats opens the formatting records, making the file (all slots free, fsynced with its directory) when
+// it is missing or short, and reads the slots in use.
+func (s *nodeState) openFormats(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
 	}
-	return filepath.Join(s.dir, kind, volumeID), nil
+	s.file = f
+	raw := make([]byte, formatSlots*slotSize)
+	n, err := f.ReadAt(raw, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if n < len(raw) {
+		// Made whole once (zeros are free slots), so that a slot's write never changes the file's size.
+		if _, err := f.WriteAt(raw[n:], int64(n)); err != nil {
+			return fmt.Errorf("extend %s: %w", path, err)
+		}
+		if err := errors.Join(f.Sync(), syncDir(filepath.Dir(path))); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+	}
+	for i := range formatSlots {
+		slot := raw[i*slotSize : (i+1)*slotSize]
+		if n < (i+1)*slotSize || slot[0] == 0 {
+			continue
+		}
+		volumeID, device, ok := parseFormatSlot(slot)
+		if !ok {
+			klog.InfoS("Ignoring a malformed record of an unfinished mkfs", "file", path, "slot", i)
+			continue
+		}
+		s.formats[volumeID] = formatSlot{index: i, device: device}
+		s.used[i] = true
+	}
+	return nil
 }
 
-// read returns the record's fields; ok is false when there is none, or only a torn one.
-func (s *nodeState) read(kind, volumeID string) (fields map[string]string, ok bool, err error) {
-	path, err := s.file(kind, volumeID)
+// formatSlotText is what a slot holds: "<volume> <device>\n", then zeros.
+func formatSlotText(volumeID, device string) ([]byte, error) {
+	text := volumeID + " " + device + "\n"
+	if len(text) > slotSize || strings.ContainsAny(device, " \n\x00") {
+		return nil, fmt.Errorf("device %q cannot be recorded", device)
+	}
+	slot := make([]byte, slotSize)
+	copy(slot, text)
+	return slot, nil
+}
+
+func parseFormatSlot(slot []byte) (volumeID, device string, ok bool) {
+	line, _, found := bytes.Cut(slot, []byte("\n"))
+	volumeID, device, spaced := strings.Cut(string(line), " ")
+	return volumeID, device, found && spaced && volumeIDPattern.MatchString(volumeID) && device != ""
+}
+
+// checkVolume refuses a name that is not a volume ID: nothing else names a record.
+func checkVolume(volumeID string) error {
+	if !volumeIDPattern.MatchString(volumeID) {
+		return fmt.Errorf("%w: no record for %q: not a volume ID", errInvalidParameter, volumeID)
+	}
+	return nil
+}
+
+// unfinishedFormat is the device on which mkfs of the volume started and did not finish, "" when none did.
+func (s *nodeState) unfinishedFormat(volumeID string) (string, error) {
+	if err := checkVolume(volumeID); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.formats[volumeID].device, nil
+}
+
+// startFormat records, durably, that mkfs of the volume is starting on device.
+func (s *nodeState) startFormat(volumeID, device string) error {
+	if err := checkVolume(volumeID); err != nil {
+		return err
+	}
+	text, err := formatSlotText(volumeID, device)
 	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	slot, ok := s.formats[volumeID]
+	if !ok {
+		slot.index = slices.Index(s.used[:], false)
+		if slot.index < 0 {
+			s.mu.Unlock()
+			return fmt.Errorf("%d unfinished mkfs runs are recorded already (%s)", formatSlots, s.dir)
+		}
+		s.used[slot.index] = true
+	}
+	slot.device = ""
+	s.formats[volumeID] = slot // no device until the record is durable
+	s.mu.Unlock()
+	if err := s.writeSlot(slot.index, text); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.formats[volumeID] = formatSlot{index: slot.index, device: device}
+	return nil
+}
+
+// finishFormat removes the record of the volume's mkfs, durably: from now on the device may hold its data.
+func (s *nodeState) finishFormat(volumeID string) error {
+	if err := checkVolume(volumeID); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	slot, ok := s.formats[volumeID]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := s.writeSlot(slot.index, make([]byte, slotSize)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.formats, volumeID)
+	s.used[slot.index] = false
+	return nil
+}
+
+// writeSlot writes a slot in place and waits for it to reach the disk.
+func (s *nodeState) writeSlot(index int, slot []byte) error {
+	if s.file == nil {
+		return nil
+	}
+	if _, err := s.file.WriteAt(slot, int64(index*slotSize)); err != nil {
+		return fmt.Errorf("write %s: %w", s.file.Name(), err)
+	}
+	if err := unix.Fdatasync(int(s.file.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", s.file.Name(), err)
+	}
+	return nil
+}
+
+// formatRecord names the volume's format record for messages.
+func (s *nodeState) formatRecord(volumeID string) string {
+	if s.dir == "" {
+		return "the in-memory record of volume " + volumeID
+	}
+	return fmt.Sprintf("the record of volume %s in %s", volumeID, filepath.Join(s.dir, formatFile))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// stagedDevice is a device stage recorded for a volume: its node and number.
+type stagedDevice struct {
+	path string
+	rdev uint64
+}
+
+// stagedDevice is the device recorded at stage for the volume in this boot; ok is false when there is none.
+func (s *nodeState) stagedDevice(volumeID, boot string) (d stagedDevice, ok bool, err error) {
+	f, ok, err := s.readDevice(volumeID)
+	if err != nil || !ok || f["boot"] != boot || boot == "" {
+		return stagedDevice{}, false, err
+	}
+	var major, minor uint32
+	if _, err := fmt.Sscanf(f["rdev"], "%d:%d", &major, &minor); err != nil || f["path"] == "" {
+		return stagedDevice{}, false, nil
+	}
+	return stagedDevice{path: f["path"], rdev: unix.Mkdev(major, minor)}, true, nil
+}
+
+// recordStagedDevice records, for this boot, that the volume is staged from d.
+func (s *nodeState) recordStagedDevice(volumeID, boot string, d stagedDevice) error {
+	if err := checkVolume(volumeID); err != nil {
+		return err
+	}
+	fields := map[string]string{"boot": boot, "path": d.path, "rdev": devID(d.rdev)}
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.devices[volumeID] = fields
+		return nil
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, fields[k])
+	}
+	b.WriteString("end=\n")
+	path := filepath.Join(s.dir, deviceDir, volumeID)
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// forgetStagedDevice removes the volume's device record, if any.
+func (s *nodeState) forgetStagedDevice(volumeID string) error {
+	if err := checkVolume(volumeID); err != nil {
+		return err
+	}
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.devices, volumeID)
+		return nil
+	}
+	if err := os.Remove(filepath.Join(s.dir, deviceDir, volumeID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// readDevice returns the volume's device record; ok is false when there is none, or only a cut one.
+func (s *nodeState) readDevice(volumeID string) (fields map[string]string, ok bool, err error) {
+	if err := checkVolume(volumeID); err != nil {
 		return nil, false, err
 	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		f, ok := s.mem[kind+"/"+volumeID]
+		f, ok := s.devices[volumeID]
 		return maps.Clone(f), ok, nil
 	}
-	f, err := os.Open(path)
+	f, err := os.Open(filepath.Join(s.dir, deviceDir, volumeID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -109,135 +337,11 @@ func (s *nodeState) read(kind, volumeID string) (fields map[string]string, ok bo
 		fields[k] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, false, fmt.Errorf("read %s record of volume %s: %w", kind, volumeID, err)
+		return nil, false, fmt.Errorf("read the device record of volume %s: %w", volumeID, err)
 	}
-	// The last line is "end=": a record without it was cut short.
 	if _, whole := fields["end"]; !whole {
 		return nil, false, nil
 	}
 	delete(fields, "end")
 	return fields, true, nil
-}
-
-// write replaces the record; durable fsyncs it and its directory before returning.
-func (s *nodeState) write(kind, volumeID string, fields map[string]string, durable bool) error {
-	path, err := s.file(kind, volumeID)
-	if err != nil {
-		return err
-	}
-	if s.dir == "" {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.mem[kind+"/"+volumeID] = maps.Clone(fields)
-		return nil
-	}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		fmt.Fprintf(&b, "%s=%s\n", k, fields[k])
-	}
-	b.WriteString("end=\n")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(b.String())
-	if err == nil && durable {
-		err = f.Sync()
-	}
-	if err := errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if durable {
-		return s.syncDir(kind)
-	}
-	return nil
-}
-
-// remove deletes the record, if any; durable fsyncs the removal.
-func (s *nodeState) remove(kind, volumeID string, durable bool) error {
-	path, err := s.file(kind, volumeID)
-	if err != nil {
-		return err
-	}
-	if s.dir == "" {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.mem, kind+"/"+volumeID)
-		return nil
-	}
-	err = os.Remove(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if durable {
-		return s.syncDir(kind)
-	}
-	return nil
-}
-
-func (s *nodeState) syncDir(kind string) error {
-	d, err := os.Open(filepath.Join(s.dir, kind))
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
-}
-
-// recordPath names a record for messages.
-func (s *nodeState) recordPath(kind, volumeID string) string {
-	if s.dir == "" {
-		return kind + "/" + volumeID + " (in memory)"
-	}
-	return filepath.Join(s.dir, kind, volumeID)
-}
-
-// unfinishedFormat is the device on which mkfs of the volume started and did not finish, "" when none did.
-func (s *nodeState) unfinishedFormat(volumeID string) (string, error) {
-	f, ok, err := s.read(recordFormatting, volumeID)
-	if err != nil || !ok {
-		return "", err
-	}
-	return f["device"], nil
-}
-
-// startFormat records, durably, that mkfs of the volume is starting on device.
-func (s *nodeState) startFormat(volumeID, device string) error {
-	return s.write(recordFormatting, volumeID, map[string]string{"device": device}, true)
-}
-
-// finishFormat removes the record of the volume's mkfs, durably: from now on the device may hold its data.
-func (s *nodeState) finishFormat(volumeID string) error {
-	return s.remove(recordFormatting, volumeID, true)
-}
-
-// stagedDevice is a device stage recorded for a volume: its node and number.
-type stagedDevice struct {
-	path string
-	rdev uint64
-}
-
-// stagedDevice is the device recorded at stage for the volume in this boot; ok is false when there is none.
-func (s *nodeState) stagedDevice(volumeID, boot string) (d stagedDevice, ok bool, err error) {
-	f, ok, err := s.read(recordDevice, volumeID)
-	if err != nil || !ok || f["boot"] != boot || boot == "" {
-		return stagedDevice{}, false, err
-	}
-	var major, minor uint32
-	if _, err := fmt.Sscanf(f["rdev"], "%d:%d", &major, &minor); err != nil || f["path"] == "" {
-		return stagedDevice{}, false, nil
-	}
-	return stagedDevice{path: f["path"], rdev: unix.Mkdev(major, minor)}, true, nil
-}
-
-// recordStagedDevice records, for this boot, that the volume is staged from d.
-func (s *nodeState) recordStagedDevice(volumeID, boot string, d stagedDevice) error {
-	return s.write(recordDevice, volumeID, map[string]string{"boot": boot, "path": d.path, "rdev": devID(d.rdev)}, false)
-}
-
-// forgetStagedDevice removes the volume's device record, if any.
-func (s *nodeState) forgetStagedDevice(volumeID string) error {
-	return s.remove(recordDevice, volumeID, false)
 }

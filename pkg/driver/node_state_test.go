@@ -7,20 +7,31 @@ import (
 	"testing"
 )
 
-// TestNodeStateRecords: a record reads back as written, from disk and in memory; one a crash cut short (no
-// "end=" line) or garbled reads as none; a device record of another boot is none; names other than volume IDs
-// are refused.
+// TestNodeStateRecords: records read back as written, in memory and from disk after a restart; the format
+// records of several volumes take slots of their own and free them; a device record of another boot, or one
+// cut short, is none; names other than volume IDs are refused.
 func TestNodeStateRecords(t *testing.T) {
 	t.Parallel()
-	const vol = "vol-0123456789abcdef0"
-	for _, dir := range []string{t.TempDir(), ""} {
+	const vol, vol2 = "vol-0123456789abcdef0", "vol-0123456789abcdef1"
+	dir := t.TempDir()
+	for _, dir := range []string{dir, ""} {
 		s, err := newNodeState(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		must(t, s.startFormat(vol, "/dev/loop3"))
-		if dev, err := s.unfinishedFormat(vol); err != nil || dev != "/dev/loop3" {
-			t.Errorf("%q: unfinished format = %q, %v", dir, dev, err)
+		must(t, s.startFormat(vol2, "/dev/loop4"))
+		must(t, s.startFormat(vol, "/dev/loop5"))
+		must(t, s.finishFormat(vol2))
+		if dir != "" {
+			if s, err = newNodeState(dir); err != nil { // the plugin restarts
+				t.Fatal(err)
+			}
+		}
+		for v, want := range map[string]string{vol: "/dev/loop5", vol2: ""} {
+			if dev, err := s.unfinishedFormat(v); err != nil || dev != want {
+				t.Errorf("%q: unfinished format of %s = %q, %v; want %q", dir, v, dev, err, want)
+			}
 		}
 		must(t, s.finishFormat(vol))
 		must(t, s.finishFormat(vol))
@@ -34,20 +45,26 @@ func TestNodeStateRecords(t *testing.T) {
 		if _, ok, err := s.stagedDevice(vol, "boot-2"); err != nil || ok {
 			t.Errorf("%q: staged device of another boot = %v, %v; want none", dir, ok, err)
 		}
+		must(t, s.forgetStagedDevice(vol))
+		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
+			t.Errorf("%q: staged device after forgetting = %v, %v; want none", dir, ok, err)
+		}
 		if err := s.startFormat("../../etc/passwd", "/dev/loop3"); !errors.Is(err, errInvalidParameter) {
 			t.Errorf("%q: a record named by a path: %v", dir, err)
 		}
 	}
-	dir := t.TempDir()
+	if st, err := os.Stat(filepath.Join(dir, formatFile)); err != nil || st.Size() != formatSlots*slotSize {
+		t.Errorf("format records file: %v, %v; want %d bytes", st, err, formatSlots*slotSize)
+	}
 	s, err := newNodeState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, recordFormatting, vol)
-	for name, content := range map[string]string{"cut short": "device=/dev/loop3\n", "garbled": "\x00\x00\x00\x00", "empty": ""} {
+	file := filepath.Join(dir, deviceDir, vol)
+	for name, content := range map[string]string{"cut short": "boot=boot-1\npath=/dev/xvdba\nrdev=202:26\n", "garbled": "\x00\x00\x00", "empty": ""} {
 		must(t, os.WriteFile(file, []byte(content), 0o600))
-		if dev, err := s.unfinishedFormat(vol); err != nil || dev != "" {
-			t.Errorf("%s record: unfinished format = %q, %v; want none", name, dev, err)
+		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
+			t.Errorf("%s device record: %v, %v; want none", name, ok, err)
 		}
 	}
 }
