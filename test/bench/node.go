@@ -104,8 +104,13 @@ func runNode(ctx context.Context, args []string) error {
 		if err := os.Mkdir(pr.dir, 0o700); err != nil {
 			return err
 		}
-		conn, err := pr.startDriver(ctx, d.path, "--mode", "node", "--instance-id", "i-0be00000000000bench", "--zone", "us-east-1a",
-			"--max-volumes-per-node", "16", fmt.Sprintf("-v=%d", *verbosity))
+		args := []string{"--mode", "node", "--instance-id", "i-0be00000000000bench", "--zone", "us-east-1a",
+			"--max-volumes-per-node", "16", fmt.Sprintf("-v=%d", *verbosity)}
+		if hasFlag(d.path, "state-dir") {
+			// Its records of unfinished mkfs runs in the run's directory, not under the host's kubelet directory.
+			args = append(args, "--state-dir", filepath.Join(pr.dir, "state"))
+		}
+		conn, err := pr.startDriver(ctx, d.path, args...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", d.name, err)
 		}
@@ -295,4 +300,10 @@ func median(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// hasFlag reports whether the binary takes the flag (drivers from before it was added are compared too).
+func hasFlag(binary, name string) bool {
+	out, _ := exec.Command(binary, "-h").CombinedOutput()
+	return strings.Contains(string(out), "-"+name+" ")
 }

@@ -156,7 +156,7 @@ func (d *demo) startServices(ctx context.Context) error {
 	}
 	d.step("fakecloud serving EC2 on %s (loop backend, data in %s)", d.cloudURL, d.dataDir)
 	if err := d.spawn("driver", []string{"--mode", "all", "--endpoint", "unix://" + d.sock, "--cloud-endpoint", d.cloudURL,
-		"--region", "us-east-1", "--imds-endpoint", "http://" + imdsAddr},
+		"--region", "us-east-1", "--imds-endpoint", "http://" + imdsAddr, "--state-dir", filepath.Join(d.dir, "node-state")},
 		"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo"); err != nil {
 		return err
 	}
