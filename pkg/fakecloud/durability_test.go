@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
@@ -40,9 +41,8 @@ func TestRestart(t *testing.T) {
 		aws.ToString(v.Attachments[0].Device) != "/dev/xvdba" || aws.ToString(v.Tags[0].Value) != "v" {
 		t.Errorf("after restart volume = %+v", v)
 	}
-	if out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{SnapshotIds: []string{aws.ToString(snap.SnapshotId)}}); err != nil || out.Snapshots[0].State != types.SnapshotStateCompleted {
-		t.Errorf("snapshot after restart: %v %v", out, err)
-	}
+	// A copy the first life cut short runs again; the snapshot completes.
+	waitSnapshot(t, c, aws.ToString(snap.SnapshotId), types.SnapshotStateCompleted)
 	again := createVolume(t, c, &ec2.CreateVolumeInput{ClientToken: aws.String("keep"),
 		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeVolume, Tags: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}}})
 	if aws.ToString(again.VolumeId) != kept {
@@ -67,4 +67,71 @@ func TestRestart(t *testing.T) {
 	if v := describeVolume(t, c, kept); aws.ToInt32(v.Size) != 12 {
 		t.Errorf("size after resumed modification = %d, want 12", aws.ToInt32(v.Size))
 	}
+}
+
+// TestDetachReleasedButNotCommitted: fakecloud stops after a detach released the volume's device and before it
+// recorded that. The next start does not bind the device again (the node would see its disk come back); it
+// replays the detach, and the volume ends detached.
+func TestDetachReleasedButNotCommitted(t *testing.T) {
+	for _, backend := range []string{fakecloud.BackendFile, fakecloud.BackendLoop} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == fakecloud.BackendLoop {
+				requireLoop(t)
+			}
+			dir := t.TempDir()
+			hooks := &hookedBackend{detached: newGate(t)}
+			first := fakecloudtest.Start(t, fakecloudtest.Options{DataDir: dir, Backend: backend, WrapBackend: hooks.wrap})
+			c := first.EC2(t)
+			vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+			// Whatever happens, the volume's device is released (by the backend under the hooks).
+			t.Cleanup(func() { _ = hooks.Backend.Detach(context.Background(), vol, true) })
+			attached(t, c, vol, first.Instances[zoneA], "/dev/xvdba")
+			if _, err := c.DetachVolume(context.Background(), &ec2.DetachVolumeInput{VolumeId: &vol}); err != nil {
+				t.Fatal(err)
+			}
+			hooks.detached.await(t) // released; the commit never comes
+			first.Close()
+
+			restarted := &hookedBackend{}
+			second := fakecloudtest.Start(t, fakecloudtest.Options{DataDir: dir, Backend: backend, WrapBackend: restarted.wrap})
+			if restarted.boundAtStart(vol) {
+				t.Errorf("the restart bound %s again although its detach had released it", vol)
+			}
+			waitDetached(t, second.EC2(t), vol)
+			if dev := second.Server.Backend.DevicePath(vol); dev != "" {
+				t.Errorf("detached volume %s still has device %s", vol, dev)
+			}
+		})
+	}
+}
+
+// TestCallsDoNotWaitForBlockIO: a volume's file removal falls due and is held back; the unrelated call that finds
+// it due, and every call meanwhile, are answered without waiting for it.
+func TestCallsDoNotWaitForBlockIO(t *testing.T) {
+	hooks := &hookedBackend{deletes: newGate(t)}
+	clock := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	// The transition loop would wake in an hour: the first call after the clock moves finds the removal due.
+	env := fakecloudtest.Start(t, fakecloudtest.Options{WrapBackend: hooks.wrap, Clock: clock, Durations: state.Durations{VolumeDelete: time.Hour}})
+	c := env.EC2(t)
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	other := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	// Held I/O would hold these calls until the test ends: the deadline only turns that into a failure.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.DeleteVolume(ctx, &ec2.DeleteVolumeInput{VolumeId: &vol}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+	clock.advance(time.Hour)
+	if _, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{other}}); err != nil {
+		t.Fatalf("DescribeVolumes that found another volume's removal due: %v", err)
+	}
+	hooks.deletes.await(t)
+	if _, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA), Size: aws.Int32(1)}); err != nil {
+		t.Errorf("CreateVolume while another volume's file is being removed: %v", err)
+	}
+	if v := describeVolume(t, c, vol); v.State != types.VolumeStateDeleting {
+		t.Errorf("volume whose file is being removed is %s, want deleting", v.State)
+	}
+	hooks.deletes.release()
+	waitGone(t, c, vol)
 }

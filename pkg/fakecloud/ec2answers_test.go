@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -194,4 +195,93 @@ func attachUntilRefused(t *testing.T, c *ec2.Client, instanceID string) int {
 	}
 	t.Fatalf("no limit on %s", instanceID)
 	return 0
+}
+
+// TestBadInputRefused: requests EC2 refuses are refused, with EC2's code, and change nothing: the same tag key
+// twice, a modification that changes nothing, free text past EC2's bounds. An error echoing a huge value stays
+// small.
+func TestBadInputRefused(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(10), VolumeType: types.VolumeTypeGp3})
+	tag := func(k, v string) types.Tag { return types.Tag{Key: aws.String(k), Value: aws.String(v)} }
+	twice := []types.Tag{tag("team", "a"), tag("team", "b")}
+	huge := strings.Repeat("d", 300_000)
+	cases := []struct {
+		name      string
+		call      func() error
+		code, msg string
+	}{
+		{"same key twice in a tag specification", func() error {
+			_, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA), Size: aws.Int32(1),
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeVolume, Tags: twice}}})
+			return err
+		}, "InvalidParameterValue", "Duplicate tag key 'team'"},
+		{"same key in two tag specifications", func() error {
+			_, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol, TagSpecifications: []types.TagSpecification{
+				{ResourceType: types.ResourceTypeSnapshot, Tags: twice[:1]}, {ResourceType: types.ResourceTypeSnapshot, Tags: twice[1:]}}})
+			return err
+		}, "InvalidParameterValue", "Duplicate tag key 'team'"},
+		{"same key twice in CreateTags", func() error {
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: twice})
+			return err
+		}, "InvalidParameterValue", "Duplicate tag key 'team'"},
+		{"modification that changes nothing", func() error {
+			_, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol, Size: aws.Int32(10), VolumeType: types.VolumeTypeGp3, Iops: aws.Int32(3000)})
+			return err
+		}, "InvalidParameterValue", "already has the requested configuration"},
+		{"modification with no parameters", func() error {
+			_, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol})
+			return err
+		}, "InvalidParameterValue", "already has the requested configuration"},
+		{"snapshot description of 300,000 characters", func() error {
+			_, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol, Description: aws.String(huge)})
+			return err
+		}, "InvalidParameterValue", "at most 255 characters"},
+		{"tag key of 129 characters", func() error {
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: []types.Tag{tag(strings.Repeat("k", 129), "v")}})
+			return err
+		}, "InvalidParameterValue", "at most 128 characters"},
+		{"tag value of 257 characters", func() error {
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: []types.Tag{tag("k", strings.Repeat("é", 257))}})
+			return err
+		}, "InvalidParameterValue", "at most 256 characters"},
+		{"KMS key of 300,000 characters", func() error {
+			_, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA), Size: aws.Int32(1), Encrypted: aws.Bool(true), KmsKeyId: aws.String(huge)})
+			return err
+		}, "InvalidParameterValue", "kmsKeyId"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if codeOf(err) != tc.code || !strings.Contains(messageOf(err), tc.msg) {
+				t.Errorf("err = %v, want %s containing %q", err, tc.code, tc.msg)
+			}
+			if len(messageOf(err)) > 2048 {
+				t.Errorf("the error echoes %d bytes", len(messageOf(err)))
+			}
+		})
+	}
+	// A description of 255 characters, multibyte ones included, and tags at their limits are fine.
+	if _, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol, Description: aws.String(strings.Repeat("é", 255)),
+		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSnapshot,
+			Tags: []types.Tag{tag(strings.Repeat("k", 128), strings.Repeat("é", 256))}}}}); err != nil {
+		t.Errorf("CreateSnapshot at the limits: %v", err)
+	}
+	// Nothing refused changed anything.
+	if v := describeVolume(t, c, vol); len(v.Tags) != 0 || aws.ToInt32(v.Size) != 10 {
+		t.Errorf("refused requests changed the volume: %+v", v)
+	}
+	if _, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{VolumeIds: []string{vol}}); codeOf(err) != "InvalidVolumeModification.NotFound" {
+		t.Errorf("a refused modification was recorded: %v", err)
+	}
+	out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{})
+	if err != nil || len(out.Volumes) != 1 {
+		t.Errorf("refused creates made volumes: %v, %v", out, err)
+	}
+	snaps, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"}})
+	if err != nil || len(snaps.Snapshots) != 1 {
+		t.Errorf("refused snapshots were made: %v, %v", snaps, err)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 )
 
@@ -153,6 +154,9 @@ func TestFullDataDirectory(t *testing.T) {
 			}
 		}
 	}
+	// A snapshot is answered before its copy runs: refused only when its record cannot be kept. Its copy then
+	// fails for want of space, and so does recording that, so it stays pending (never a state that would not
+	// survive a restart) until space is freed.
 	snapCodes := map[string]int{}
 	for _, id := range withData {
 		out, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: aws.String(id)})
@@ -161,14 +165,17 @@ func TestFullDataDirectory(t *testing.T) {
 			continue
 		}
 		snapCodes[codeOf(err)]++
-		if code := codeOf(err); code != "InsufficientVolumeCapacity" && code != "InternalError" {
-			t.Errorf("CreateSnapshot on a full disk: %v", err)
+		if code := codeOf(err); code != "InsufficientVolumeCapacity" {
+			t.Errorf("CreateSnapshot on a full disk: %v, want InsufficientVolumeCapacity", err)
 		}
 	}
 	t.Logf("on the full disk: %d creates refused (%d with InsufficientVolumeCapacity), %d volumes, %d attachments, %d snapshots acknowledged; snapshots of volumes holding data refused with %v",
 		refused, capacity, len(ackVolumes), len(ackAttached), len(ackSnapshots), snapCodes)
 	if refused == 0 {
 		t.Errorf("no create was refused on a full filesystem: the test did not exercise failing commits")
+	}
+	if capacity != refused {
+		t.Errorf("%d of %d refusals on a full filesystem were not InsufficientVolumeCapacity", refused-capacity, refused)
 	}
 
 	if err := os.Remove(filler); err != nil {
@@ -199,13 +206,27 @@ func TestFullDataDirectory(t *testing.T) {
 			t.Errorf("acknowledged volume %s is gone after the restart", id)
 		}
 	}
-	snaps, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Copies cut short by the restart run again; a client waits for them as for any pending snapshot.
+	var snaps *ec2.DescribeSnapshotsOutput
+	fakecloudtest.WaitFor(t, 20*time.Second, "snapshots settled", func(ctx context.Context) (bool, error) {
+		snaps, err = c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"}})
+		if err != nil {
+			return false, err
+		}
+		for _, sn := range snaps.Snapshots {
+			if sn.State == types.SnapshotStatePending {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	presentSnaps := map[string]bool{}
 	for _, sn := range snaps.Snapshots {
-		presentSnaps[aws.ToString(sn.SnapshotId)] = true
+		id := aws.ToString(sn.SnapshotId)
+		presentSnaps[id] = true
+		if _, err := os.Stat(filepath.Join(dataDir, "snapshots", id+".img")); sn.State == types.SnapshotStateCompleted && err != nil {
+			t.Errorf("completed snapshot %s has no file: %v", id, err)
+		}
 	}
 	for id := range ackSnapshots {
 		if !presentSnaps[id] {
@@ -260,5 +281,99 @@ func checkBolt(t *testing.T, path string) {
 	})
 	if err != nil {
 		t.Errorf("bbolt check: %v", err)
+	}
+}
+
+// TestCommitOutOfSpace: when the state store's commit finds the filesystem full, the client is told so with
+// EC2's capacity code (which the driver answers ResourceExhausted, once), not an InternalError it would retry
+// for ever, and nothing changed.
+func TestCommitOutOfSpace(t *testing.T) {
+	dataDir := filepath.Join(smallExt4(t, 48), "data")
+	env := fakecloudtest.Start(t, fakecloudtest.Options{DataDir: dataDir})
+	c := env.EC2(t)
+	ctx := context.Background()
+	var vols []string
+	for range 40 {
+		vols = append(vols, availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)}))
+	}
+	filler := fill(t, dataDir)
+	t.Cleanup(func() { _ = os.Remove(filler) })
+
+	// Tags only grow the store (about 20 KiB a volume here): no file is made, so a refusal comes from the commit.
+	var tags []types.Tag
+	for k := range 50 {
+		tags = append(tags, types.Tag{Key: aws.String(fmt.Sprintf("k%02d-%s", k, strings.Repeat("k", 100))), Value: aws.String(strings.Repeat("v", 256))})
+	}
+	for _, vol := range vols {
+		_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: tags})
+		if err == nil {
+			continue
+		}
+		if codeOf(err) != "InsufficientVolumeCapacity" || !strings.Contains(messageOf(err), "filesystem is full") {
+			t.Fatalf("CreateTags whose commit found the disk full: %v, want InsufficientVolumeCapacity naming the full filesystem", err)
+		}
+		if after := describeVolume(t, c, vol).Tags; len(after) != 0 {
+			t.Errorf("refused CreateTags left %d tags on the volume", len(after))
+		}
+		return
+	}
+	t.Fatal("no commit was refused on a full filesystem")
+}
+
+// TestSnapshotCopyOutOfSpace: a snapshot whose copy finds no room goes to state error with a message saying so,
+// as EBS snapshots can, and leaves no file behind.
+func TestSnapshotCopyOutOfSpace(t *testing.T) {
+	dataDir := filepath.Join(smallExt4(t, 48), "data")
+	env := fakecloudtest.Start(t, fakecloudtest.Options{DataDir: dataDir})
+	c := env.EC2(t)
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+	fillRandom(t, env, vol, 0, 16<<20)
+	// Full but for 2 MiB: room for the store's commits, not for the copy.
+	filler := fill(t, dataDir)
+	t.Cleanup(func() { _ = os.Remove(filler) })
+	st, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, st.Size()-2<<20); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := c.CreateSnapshot(context.Background(), &ec2.CreateSnapshotInput{VolumeId: &vol})
+	if err != nil {
+		t.Fatalf("CreateSnapshot: %v", err)
+	}
+	sid := aws.ToString(out.SnapshotId)
+	sn := waitSnapshot(t, c, sid, types.SnapshotStateError)
+	if !strings.Contains(aws.ToString(sn.StateMessage), "filesystem is full") {
+		t.Errorf("snapshot in error says %q, want the full filesystem named", aws.ToString(sn.StateMessage))
+	}
+	if files := append(orphanFiles(t, filepath.Join(dataDir, "snapshots"), nil), temporaryFiles(t, dataDir)...); len(files) > 0 {
+		t.Errorf("files left by the failed copy: %v", files)
+	}
+	// The volume is free again: its deletion does not wait for a copy that ended.
+	if _, err := c.DeleteVolume(context.Background(), &ec2.DeleteVolumeInput{VolumeId: &vol}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, c, vol)
+}
+
+// TestLargestFileOnExt4: ext4 with 4 KiB blocks holds files up to 16 TiB − 4 KiB, so a legal 16,384 GiB gp3
+// volume cannot be made on it: fakecloud finds the limit at start and refuses such a volume with
+// InsufficientVolumeCapacity naming the cause.
+func TestLargestFileOnExt4(t *testing.T) {
+	dataDir := filepath.Join(smallExt4(t, 48), "data")
+	env := fakecloudtest.Start(t, fakecloudtest.Options{DataDir: dataDir})
+	fs, err := blockdev.Probe(dataDir)
+	if err != nil || fs.LargestFile != 16<<40-4096 || !strings.Contains(fs.Type, "ext") {
+		t.Errorf("Probe = %+v, %v; want ext4's largest file of 16 TiB - 4 KiB", fs, err)
+	}
+	_, err = env.EC2(t).CreateVolume(context.Background(), &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA),
+		Size: aws.Int32(16384), VolumeType: types.VolumeTypeGp3})
+	if codeOf(err) != "InsufficientVolumeCapacity" || !strings.Contains(messageOf(err), "largest file") {
+		t.Errorf("CreateVolume of 16384 GiB on ext4: %v, want InsufficientVolumeCapacity naming the file size limit", err)
+	}
+	if files := temporaryFiles(t, dataDir); len(files) > 0 {
+		t.Errorf("temporary files left: %v", files)
 	}
 }

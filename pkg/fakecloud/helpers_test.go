@@ -77,6 +77,20 @@ func waitVolume(t *testing.T, c *ec2.Client, id string, want types.VolumeState) 
 	return v
 }
 
+func waitSnapshot(t *testing.T, c *ec2.Client, id string, want types.SnapshotState) types.Snapshot {
+	t.Helper()
+	var sn types.Snapshot
+	fakecloudtest.WaitFor(t, 10*time.Second, string(want)+" "+id, func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{SnapshotIds: []string{id}})
+		if err != nil {
+			return false, err
+		}
+		sn = out.Snapshots[0]
+		return sn.State == want, nil
+	})
+	return sn
+}
+
 func waitAttachment(t *testing.T, c *ec2.Client, id string, want types.VolumeAttachmentState) types.Volume {
 	t.Helper()
 	var v types.Volume

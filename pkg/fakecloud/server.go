@@ -43,6 +43,8 @@ type Config struct {
 	// volume and snapshot files are fsynced.
 	NoSync bool
 	Clock  state.Clock
+	// WrapBackend, when set, wraps the block backend: tests slow it down or cut it short.
+	WrapBackend func(blockdev.Backend) blockdev.Backend
 }
 
 // DefaultCloud is a region with three zones and no instances.
@@ -51,6 +53,8 @@ func DefaultCloud() state.Config {
 		Region:    "us-east-1",
 		Zones:     []state.Zone{{Name: "us-east-1a", ID: "use1-az1"}, {Name: "us-east-1b", ID: "use1-az2"}, {Name: "us-east-1c", ID: "use1-az4"}},
 		Durations: state.DefaultDurations(),
+		// EC2 keeps a deleted volume's ClientToken bound for a while.
+		ClientTokenRetention: state.DefaultClientTokenRetention,
 	}
 }
 
@@ -80,6 +84,10 @@ func New(cfg Config) (*Server, error) {
 	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, backendOpts...)
 	if err != nil {
 		return nil, err
+	}
+	warnLargestFile(cfg.DataDir)
+	if cfg.WrapBackend != nil {
+		backend = cfg.WrapBackend(backend)
 	}
 	inj, err := faults.New(cfg.Faults)
 	if err != nil {
@@ -124,6 +132,19 @@ func openBackend(kind, dataDir string, opts ...blockdev.Option) (blockdev.Backen
 		return b, kind, err
 	}
 	return nil, "", fmt.Errorf("unknown backend %q (want loop, file or auto)", kind)
+}
+
+// warnLargestFile says at start when the data directory cannot hold the largest EBS volumes: a volume (or a
+// growth) past its filesystem's largest file is refused with InsufficientVolumeCapacity naming the cause.
+func warnLargestFile(dataDir string) {
+	fs, err := blockdev.Probe(dataDir)
+	switch {
+	case err != nil:
+		klog.ErrorS(err, "Probing the data directory's largest file failed", "dataDir", dataDir)
+	case fs.LargestFile < blockdev.LargestEBSVolume:
+		klog.InfoS("Warning: the data directory's filesystem cannot hold the largest EBS volumes; larger volumes are refused with InsufficientVolumeCapacity",
+			"dataDir", dataDir, "filesystem", fs.Type, "largestFileBytes", fs.LargestFile, "largestVolumeGiB", fs.LargestFile>>30)
+	}
 }
 
 // Close stops transitions and closes the store. Loop devices stay bound for the next start, as disks stay

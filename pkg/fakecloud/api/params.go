@@ -73,32 +73,44 @@ func (p *params) boolean(name string) bool {
 	return b != nil && *b
 }
 
-// list reads a flattened list: prefix.1, prefix.2, … in index order.
+// list reads a flattened list of values: prefix.1, prefix.2, … in index order.
 func (p *params) list(prefix string) []string {
 	var out []string
 	for _, i := range p.indexes(prefix) {
-		if vals, ok := p.v[prefix+"."+strconv.Itoa(i)]; ok {
-			out = append(out, vals[0])
-		}
+		out = append(out, p.str(prefix+"."+strconv.Itoa(i)))
 	}
 	return out
 }
 
-// indexes returns, in order, the distinct N of the keys prefix.N and prefix.N.… of a flattened list. An N
-// outside 1…maxListItems is refused: ignoring it would widen a filter or an ID list to everything.
-func (p *params) indexes(prefix string) []int {
-	dot := prefix + "."
+// indexes returns, in order, the distinct N of a flattened list's keys: prefix.N for a list of values (no
+// members), or prefix.N.MEMBER for a list of structures, where a member ending in "." is a nested list
+// (MEMBER.M…, checked when it is read). Anything else under the prefix is refused, never ignored: an N outside
+// 1…maxListItems, one with leading zeros or not a number; an unknown member or extra parts (VolumeId.1.2); the
+// list's name alone, or in another case (volumeId.1). Ignoring such a key would drop an ID or a filter and widen
+// the query to everything.
+func (p *params) indexes(prefix string, members ...string) []int {
 	seen := map[int]bool{}
 	for k := range p.v {
-		rest, ok := strings.CutPrefix(k, dot)
-		if !ok {
+		if len(k) < len(prefix) || !strings.EqualFold(k[:len(prefix)], prefix) {
 			continue
 		}
-		idx, _, _ := strings.Cut(rest, ".")
+		rest, ok := strings.CutPrefix(k, prefix+".")
+		switch {
+		case len(k) > len(prefix) && k[len(prefix)] != '.':
+			continue // another parameter that only starts alike (Tag, TagSpecification)
+		case !ok:
+			p.fail(unknownParameter(k))
+			return nil
+		}
+		idx, member, nested := strings.Cut(rest, ".")
 		i, err := strconv.Atoi(idx)
-		if err != nil || i < 1 || i > maxListItems {
+		if err != nil || idx != strconv.Itoa(i) || i < 1 || i > maxListItems {
 			p.fail(ec2err.New(ec2err.CodeInvalidParameterValue,
 				"The parameter %s has an invalid list index; indexes run from 1 to %d.", k, maxListItems))
+			return nil
+		}
+		if nested != (len(members) > 0) || nested && !knownMember(member, members) {
+			p.fail(unknownParameter(k))
 			return nil
 		}
 		seen[i] = true
@@ -111,9 +123,24 @@ func (p *params) indexes(prefix string) []int {
 	return out
 }
 
+// knownMember reports whether member (the part after prefix.N.) is one of members, or within a nested list
+// member ("Value." admits Value.1, and Value alone, which the nested list then refuses).
+func knownMember(member string, members []string) bool {
+	for _, m := range members {
+		if list, ok := strings.CutSuffix(m, "."); ok && (member == list || strings.HasPrefix(member, m)) || member == m {
+			return true
+		}
+	}
+	return false
+}
+
+func unknownParameter(name string) error {
+	return ec2err.New(ec2err.CodeUnknownParameter, "The parameter %s is not recognized", name)
+}
+
 func (p *params) filters() []state.Filter {
 	var out []state.Filter
-	for _, i := range p.indexes("Filter") {
+	for _, i := range p.indexes("Filter", "Name", "Value.") {
 		base := "Filter." + strconv.Itoa(i)
 		name := p.str(base + ".Name")
 		if name == "" {
@@ -128,7 +155,7 @@ func (p *params) filters() []state.Filter {
 // tags reads prefix.N.Key / prefix.N.Value pairs.
 func (p *params) tags(prefix string) []state.Tag {
 	var out []state.Tag
-	for _, i := range p.indexes(prefix) {
+	for _, i := range p.indexes(prefix, "Key", "Value") {
 		base := prefix + "." + strconv.Itoa(i)
 		out = append(out, state.Tag{Key: p.str(base + ".Key"), Value: p.str(base + ".Value")})
 	}
@@ -138,7 +165,7 @@ func (p *params) tags(prefix string) []state.Tag {
 // tagSelectors reads tags to delete, telling an absent value (any) from an empty one (only empty).
 func (p *params) tagSelectors(prefix string) []state.TagSelector {
 	var out []state.TagSelector
-	for _, i := range p.indexes(prefix) {
+	for _, i := range p.indexes(prefix, "Key", "Value") {
 		base := prefix + "." + strconv.Itoa(i)
 		sel := state.TagSelector{Key: p.str(base + ".Key")}
 		if p.has(base + ".Value") {
@@ -154,7 +181,7 @@ func (p *params) tagSelectors(prefix string) []state.TagSelector {
 // create.
 func (p *params) tagSpecs(resourceType string) []state.Tag {
 	var out []state.Tag
-	for _, i := range p.indexes("TagSpecification") {
+	for _, i := range p.indexes("TagSpecification", "ResourceType", "Tag.") {
 		base := "TagSpecification." + strconv.Itoa(i)
 		rt := p.str(base + ".ResourceType")
 		if rt != resourceType {

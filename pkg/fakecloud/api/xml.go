@@ -137,6 +137,7 @@ type snapshotXML struct {
 	SnapshotID     string     `xml:"snapshotId"`
 	VolumeID       string     `xml:"volumeId"`
 	Status         string     `xml:"status"`
+	StatusMessage  string     `xml:"statusMessage,omitempty"`
 	StartTime      string     `xml:"startTime"`
 	Progress       string     `xml:"progress"`
 	OwnerID        string     `xml:"ownerId"`
@@ -150,7 +151,7 @@ type snapshotXML struct {
 }
 
 func snapshotOf(sn state.Snapshot) snapshotXML {
-	return snapshotXML{SnapshotID: sn.ID, VolumeID: sn.VolumeID, Status: sn.State, StartTime: ec2Time(sn.StartTime),
+	return snapshotXML{SnapshotID: sn.ID, VolumeID: sn.VolumeID, Status: sn.State, StatusMessage: sn.StatusMessage, StartTime: ec2Time(sn.StartTime),
 		Progress: strconv.Itoa(sn.Progress) + "%", OwnerID: sn.OwnerID, VolumeSize: sn.VolumeSize, Description: sn.Description,
 		Encrypted: sn.Encrypted, KmsKeyID: sn.KmsKeyID, StorageTier: "standard", CompletionTime: ec2Time(sn.CompletionTime),
 		Tags: tagsXML(sn.Tags)}

@@ -56,6 +56,9 @@ type Backend interface {
 	// remove files it holds no record of.
 	VolumeIDs() ([]string, error)
 	SnapshotIDs() ([]string, error)
+	// RemoveTemporaryFiles removes the temporary files of copies a crash cut short. Call it only when no copy is
+	// in flight: at start.
+	RemoveTemporaryFiles() error
 	// VolumeFile is the path of the volume's backing file; loop devices name it as their backing_file.
 	VolumeFile(volumeID string) string
 	// Close releases nothing on disk; it only stops background work. Devices stay bound across restarts.

@@ -207,6 +207,25 @@ func removeFile(path string) error {
 func (s fileStore) removeVolume(id string) error   { return removeFile(s.volumeFile(id)) }
 func (s fileStore) removeSnapshot(id string) error { return removeFile(s.snapshotFile(id)) }
 
+// removeTemporary removes the hidden temporary files (".<id>.img.*.tmp", writeFileAtomic's) of both
+// subdirectories.
+func (s fileStore) removeTemporary() error {
+	var errs []error
+	for _, sub := range []string{volumesDir, snapshotsDir} {
+		entries, err := os.ReadDir(filepath.Join(s.dataDir, sub))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", sub, err))
+			continue
+		}
+		for _, e := range entries {
+			if name := e.Name(); strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") && e.Type().IsRegular() {
+				errs = append(errs, removeFile(filepath.Join(s.dataDir, sub, name)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ids lists the IDs of the finished files in a subdirectory; hidden temporary files are skipped.
 func (s fileStore) ids(sub string) ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(s.dataDir, sub))

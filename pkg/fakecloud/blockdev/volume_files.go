@@ -75,3 +75,6 @@ func (f *volumeFiles) VolumeIDs() ([]string, error) { return f.store.ids(volumes
 
 // SnapshotIDs lists the snapshots that have a file.
 func (f *volumeFiles) SnapshotIDs() ([]string, error) { return f.store.ids(snapshotsDir) }
+
+// RemoveTemporaryFiles removes the temporary files of copies a crash cut short.
+func (f *volumeFiles) RemoveTemporaryFiles() error { return f.store.removeTemporary() }

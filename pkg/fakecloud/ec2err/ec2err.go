@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 )
 
 // Error is an EC2 API error: a code from EC2's vocabulary, a message, and the HTTP status EC2 sends with it.
@@ -90,9 +91,27 @@ func statusOf(code string) int {
 	}
 }
 
+// A message may echo what a request sent (an ID, a value): maxMessage bounds it, so that a hostile request cannot
+// make the reply large, and maxEcho bounds an echoed value, so that the reason after it is still read.
+const (
+	maxMessage = 1024
+	maxEcho    = 128
+)
+
 // New returns an error with the given code and a formatted message, carrying the code's HTTP status.
 func New(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Status: statusOf(code)}
+	return &Error{Code: code, Message: bounded(fmt.Sprintf(format, args...), maxMessage), Status: statusOf(code)}
+}
+
+// bounded cuts s to at most n bytes on a character boundary, marking the cut.
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // Missing reports a required parameter that the request lacks.
@@ -102,6 +121,7 @@ func Missing(param string) *Error {
 
 // InvalidValue reports a parameter whose value EC2 would refuse.
 func InvalidValue(param, value, why string) *Error {
+	value = bounded(value, maxEcho)
 	if why == "" {
 		return New(CodeInvalidParameterValue, "Value (%s) for parameter %s is invalid.", value, param)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
@@ -44,6 +45,10 @@ type Options struct {
 	// AdminToken admits admin requests carrying it as a bearer token.
 	AdminToken string
 	NoSync     bool
+	// Clock replaces the real clock (state.Clock).
+	Clock state.Clock
+	// WrapBackend wraps the block backend, to slow it down or cut it short.
+	WrapBackend func(blockdev.Backend) blockdev.Backend
 }
 
 // Env is a running fakecloud.
@@ -84,7 +89,7 @@ func Start(t testing.TB, o Options) *Env {
 		o.DataDir = t.TempDir()
 	}
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
-		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync})
+		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend})
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}

@@ -51,7 +51,14 @@ type Config struct {
 	ModificationWindow time.Duration
 	// DefaultAttachmentLimit, when set, replaces the instance type's limit for instances that name none.
 	DefaultAttachmentLimit int
+	// ClientTokenRetention is how long a deleted volume's ClientToken still answers that volume (tokens.go); 0
+	// forgets it with the volume.
+	ClientTokenRetention time.Duration
 }
+
+// DefaultClientTokenRetention keeps tokens a day: EC2's retention is not documented, and its idempotency
+// tokens are commonly said to hold for hours at least.
+const DefaultClientTokenRetention = 24 * time.Hour
 
 // DefaultInstanceType is reported for instances registered without one.
 const DefaultInstanceType = instancetypes.Default
@@ -68,6 +75,9 @@ func (c *Config) validate() error {
 	}
 	if c.ModificationLimit > 0 && c.ModificationWindow <= 0 {
 		return fmt.Errorf("a modification limit needs a positive window")
+	}
+	if c.ClientTokenRetention < 0 {
+		return fmt.Errorf("a negative client token retention")
 	}
 	for _, in := range c.Instances {
 		if !c.hasZone(in.Zone) {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -10,11 +11,13 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
-// Block I/O of due transitions (bind or release a device, grow or remove a file) runs outside the state lock:
-// advance records the intent as a job and marks the volume busy, the caller runs the job once it has let go
-// of the lock, and the outcome is applied and committed under the lock again. A busy volume's transitions
-// wait, so one volume has one job at a time; a crash before the outcome is committed replays the job, which
-// the backend makes idempotent.
+// Block I/O (bind or release a device, grow or remove a file, copy a volume into a snapshot) runs on workers of
+// its own, never in an API call: advance records the intent as a job under the lock and marks the volume busy;
+// once the change that scheduled the job is committed, the job starts on a worker (at most ioWorkers at once,
+// so a few long copies cannot starve every other volume of its devices), does its I/O without the lock, then
+// applies and commits the outcome. A busy volume's transitions wait, so one volume has one job at a time, while
+// jobs of different volumes run side by side. A crash (or Close) before the outcome is committed leaves the
+// intent recorded, and the next start replays the job, which the backend makes idempotent.
 type jobKind int
 
 const (
@@ -22,26 +25,54 @@ const (
 	jobDetach
 	jobResize
 	jobDelete
+	// jobSnapshotCopy copies a volume's bytes into a pending snapshot's file.
+	jobSnapshotCopy
+	// jobSnapshotRemove removes a deleted snapshot's file; it holds no volume.
+	jobSnapshotRemove
 )
+
+// ioWorkers bounds the jobs running at once.
+const ioWorkers = 8
+
+// ioTimeout bounds one job's I/O: copies of whole volumes may take minutes.
+const ioTimeout = 30 * time.Minute
 
 type ioJob struct {
 	kind       jobKind
 	volumeID   string
 	instanceID string
+	snapshotID string
 	force      bool
 	sizeGiB    int32
+	// ctx ends with Close, or when the snapshot being copied is deleted.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-// schedule records a job and marks its volume busy until the outcome is applied.
+// jobOutcome is what a job's I/O gave.
+type jobOutcome struct {
+	device string
+	err    error
+}
+
+// schedule records a job, to be started once the change that scheduled it is committed, and marks its volume
+// busy until the outcome is applied.
 func (s *State) schedule(j ioJob) {
-	s.ioBusy[j.volumeID] = struct{}{}
+	j.ctx, j.cancel = context.WithCancel(s.jobsCtx)
+	if j.volumeID != "" {
+		s.ioBusy[j.volumeID] = struct{}{}
+	}
+	if j.kind == jobSnapshotCopy {
+		s.copies[j.snapshotID] = j.cancel
+	}
 	s.jobs = append(s.jobs, j)
 }
 
-// busy reports whether block I/O on the volume is in flight: a job, or a snapshot copy reading it.
+// busy reports whether the volume must wait: a job on it is in flight, a volume copy reads it, or a snapshot
+// of it is not copied yet (its deletion and detachment wait for the copy, as on EBS).
 func (s *State) busy(volumeID string) bool {
 	_, job := s.ioBusy[volumeID]
-	return job || s.copying[volumeID] > 0
+	return job || s.copying[volumeID] > 0 || s.uncopied[volumeID] > 0
 }
 
 // takeJobs hands the scheduled jobs to a caller about to release the lock.
@@ -51,48 +82,102 @@ func (s *State) takeJobs() []ioJob {
 	return j
 }
 
-// dropJobs forgets jobs not yet handed out, after a failed commit undid the state that scheduled them.
+// dropJobs forgets jobs not yet started, after a failed commit undid the state that scheduled them.
 func (s *State) dropJobs() {
 	for _, j := range s.jobs {
-		delete(s.ioBusy, j.volumeID)
+		s.endJob(j)
 	}
 	s.jobs = nil
 }
 
-// runJobs does the jobs' I/O without the lock, then applies their outcomes in one commit.
-func (s *State) runJobs(jobs []ioJob) {
-	if len(jobs) == 0 {
-		return
-	}
-	ctx, cancel := ioCtx()
-	defer cancel()
-	devs, errs := make([]string, len(jobs)), make([]error, len(jobs))
-	for i, j := range jobs {
-		switch j.kind {
-		case jobAttach:
-			devs[i], errs[i] = s.backend.Attach(ctx, j.volumeID)
-		case jobDetach:
-			errs[i] = s.backend.Detach(ctx, j.volumeID, j.force)
-		case jobResize:
-			errs[i] = s.backend.ResizeVolume(ctx, j.volumeID, gib(j.sizeGiB))
-		case jobDelete:
-			errs[i] = s.backend.DeleteVolume(ctx, j.volumeID)
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	for i, j := range jobs {
+// endJob releases what schedule took.
+func (s *State) endJob(j ioJob) {
+	j.cancel()
+	if j.volumeID != "" {
 		delete(s.ioBusy, j.volumeID)
-		if v, ok := s.volumes[j.volumeID]; ok {
-			s.applyJob(now, v, j, devs[i], errs[i])
-			s.markPending(kindVolume, j.volumeID)
-		}
 	}
-	_ = s.commit()
+	if j.kind == jobSnapshotCopy {
+		delete(s.copies, j.snapshotID)
+	}
 }
 
-func (s *State) applyJob(now time.Time, v *Volume, j ioJob, dev string, err error) {
+// start runs committed jobs on workers.
+func (s *State) start(jobs []ioJob) {
+	for _, j := range jobs {
+		s.workers.Add(1)
+		go s.runJob(j)
+	}
+}
+
+// runJob waits for a worker slot, does the job's I/O and applies its outcome. When fakecloud closes meanwhile,
+// the outcome is not applied: the intent stays recorded and the next start replays the job, as after a crash.
+func (s *State) runJob(j ioJob) {
+	defer s.workers.Done()
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.jobsCtx.Done():
+		return
+	}
+	ctx, cancel := context.WithTimeout(j.ctx, ioTimeout)
+	out := jobOutcome{err: ctx.Err()}
+	if out.err == nil {
+		out = s.doJob(ctx, j)
+	}
+	cancel()
+	<-s.slots
+	if out.err != nil && !errors.Is(out.err, context.Canceled) {
+		// A failed job is tried again once its outcome is applied; the volume stays busy meanwhile, so a
+		// persistent failure is retried every stuckPoll rather than in a tight loop.
+		select {
+		case <-time.After(stuckPoll):
+		case <-s.jobsCtx.Done():
+		}
+	}
+	if s.jobsCtx.Err() != nil {
+		return
+	}
+	_ = s.step(func(now time.Time) { s.applyJob(now, j, out) })
+}
+
+func (s *State) doJob(ctx context.Context, j ioJob) jobOutcome {
+	var out jobOutcome
+	switch j.kind {
+	case jobAttach:
+		out.device, out.err = s.backend.Attach(ctx, j.volumeID)
+	case jobDetach:
+		out.err = s.backend.Detach(ctx, j.volumeID, j.force)
+	case jobResize:
+		out.err = s.backend.ResizeVolume(ctx, j.volumeID, gib(j.sizeGiB))
+	case jobDelete:
+		out.err = s.backend.DeleteVolume(ctx, j.volumeID)
+	case jobSnapshotCopy:
+		out.err = s.backend.CreateSnapshot(ctx, j.snapshotID, j.volumeID)
+	case jobSnapshotRemove:
+		out.err = s.backend.DeleteSnapshot(ctx, j.snapshotID)
+	}
+	return out
+}
+
+// applyJob records a job's outcome under the lock; the caller commits.
+func (s *State) applyJob(now time.Time, j ioJob, out jobOutcome) {
+	s.endJob(j)
+	switch j.kind {
+	case jobSnapshotCopy:
+		s.applyCopy(now, j, out.err)
+		return
+	case jobSnapshotRemove:
+		if out.err != nil {
+			// The record is gone and the reply stood; the file is an orphan the next start removes.
+			klog.ErrorS(out.err, "Removing snapshot file failed", "snapshotID", j.snapshotID)
+		}
+		return
+	}
+	v, ok := s.volumes[j.volumeID]
+	if !ok {
+		return
+	}
+	s.markPending(kindVolume, j.volumeID)
+	err := out.err
 	switch j.kind {
 	case jobAttach:
 		if err != nil {
@@ -101,10 +186,10 @@ func (s *State) applyJob(now time.Time, v *Volume, j ioJob, dev string, err erro
 		}
 		if a := attachmentTo(v, j.instanceID); a != nil {
 			// A detach asked for meanwhile keeps its state; it releases the device recorded here.
-			a.HostDevice = dev
+			a.HostDevice = out.device
 			if a.State == AttachAttaching {
 				a.State = AttachAttached
-				klog.V(2).InfoS("Volume attached", "volumeID", v.ID, "instanceID", a.InstanceID, "device", a.Device, "hostDevice", dev)
+				klog.V(2).InfoS("Volume attached", "volumeID", v.ID, "instanceID", a.InstanceID, "device", a.Device, "hostDevice", out.device)
 			}
 			s.markDirty(kindVolume, v.ID)
 		}
@@ -127,29 +212,57 @@ func (s *State) applyJob(now time.Time, v *Volume, j ioJob, dev string, err erro
 		if !ok || m.State != ModModifying {
 			return
 		}
-		if capErr := capacityOrInternal(err, m.TargetSize); err != nil && ec2err.HasCode(capErr, ec2err.CodeInsufficientVolumeCapacity) {
+		s.markPending(kindModification, v.ID)
+		if err == nil {
+			s.optimize(v, m)
+			return
+		}
+		if capErr := storageError(err, m.TargetSize); ec2err.HasCode(capErr, ec2err.CodeInsufficientVolumeCapacity) {
 			// No room to grow: the modification fails and the volume keeps its size, as on EBS.
 			klog.ErrorS(err, "Growing volume failed for lack of capacity", "volumeID", v.ID)
 			m.State, m.StatusMessage, m.EndTime = ModFailed, ec2err.As(capErr).Message, now
 			s.markDirty(kindModification, v.ID)
 			return
 		}
-		if err != nil {
-			klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", v.ID)
-			s.markPending(kindModification, v.ID)
-			return
-		}
-		s.optimize(v, m)
-		s.markPending(kindModification, v.ID)
+		klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", v.ID)
 	case jobDelete:
 		if err != nil {
 			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", v.ID)
 			return
 		}
 		if v.State == VolumeDeleting {
-			s.dropVolume(v)
+			s.dropVolume(now, v)
 		}
 	}
+}
+
+// applyCopy records the end of a snapshot's copy: the snapshot completes once its duration has passed too; a
+// copy that failed for want of space puts it in state error, as EBS does; a snapshot deleted meanwhile has its
+// file removed.
+func (s *State) applyCopy(now time.Time, j ioJob, err error) {
+	s.markPending(kindVolume, j.volumeID)
+	sn, ok := s.snapshots[j.snapshotID]
+	switch {
+	case !ok:
+		if err == nil {
+			s.schedule(ioJob{kind: jobSnapshotRemove, snapshotID: j.snapshotID})
+		}
+		return
+	case !sn.Copying:
+		return
+	case errors.Is(err, context.Canceled):
+		// Cancelled by a DeleteSnapshot whose commit failed: the snapshot is still wanted; copy again.
+		s.markPending(kindSnapshot, sn.ID)
+		return
+	case err != nil:
+		klog.ErrorS(err, "Copying volume into snapshot failed", "volumeID", sn.VolumeID, "snapshotID", sn.ID)
+		sn.State, sn.StatusMessage = SnapshotError, ec2err.As(storageError(err, sn.VolumeSize)).Message
+	default:
+		klog.V(2).InfoS("Snapshot copied", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+	}
+	s.setCopied(sn)
+	s.markDirty(kindSnapshot, sn.ID)
+	s.markPending(kindSnapshot, sn.ID)
 }
 
 func attachmentTo(v *Volume, instanceID string) *Attachment {

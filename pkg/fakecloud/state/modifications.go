@@ -94,6 +94,13 @@ func (s *State) target(v *Volume, in ModifyInput) (*Modification, error) {
 		return nil, ec2err.New(ec2err.CodeInvalidParameterCombination, "Multi-Attach cannot be changed while volume %s is attached", v.ID)
 	}
 	m.TargetSize, m.TargetType, m.TargetIops, m.TargetThroughput, m.TargetMulti = spec.SizeGiB, spec.Type, iops, tp, spec.MultiAttach
+	if m.TargetSize == m.OriginalSize && m.TargetType == m.OriginalType && m.TargetIops == m.OriginalIops &&
+		m.TargetThroughput == m.OriginalThrough && m.TargetMulti == m.OriginalMulti {
+		// Refused rather than started: a modification that changes nothing would spend one of the volume's few
+		// modifications a day, and EC2's own answer here is unverified (see README).
+		return nil, ec2err.New(ec2err.CodeInvalidParameterValue,
+			"The volume '%s' already has the requested configuration; a modification must change its size, type, IOPS, throughput or Multi-Attach.", v.ID)
+	}
 	return m, nil
 }
 

@@ -1,9 +1,11 @@
 package state
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/klog/v2"
 
@@ -18,14 +20,22 @@ type CreateSnapshotInput struct {
 	DryRun      bool
 }
 
-// CreateSnapshot copies the volume's bytes (point in time) outside the state lock, so a large copy stalls no
-// other call, then records the snapshot pending until its configured duration has passed.
+// maxDescription is EC2's limit on a snapshot's description, in characters.
+const maxDescription = 255
+
+// CreateSnapshot records the snapshot pending and answers at once, as EC2 does; a worker copies the volume's
+// bytes meanwhile (iojobs.go), and the snapshot completes once the copy is done and its configured duration has
+// passed. The volume's deletion and detachment wait for the copy. After a crash the copy runs again (the point in
+// time moves to the restart), so a snapshot is never completed on a partial file.
 func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
-	var planned *Snapshot
+	var out Snapshot
 	err := s.mutate(func(now time.Time) error {
 		v, err := s.settledVolume(in.VolumeID)
 		if err != nil {
 			return err
+		}
+		if utf8.RuneCountInString(in.Description) > maxDescription {
+			return ec2err.InvalidValue("description", in.Description, fmt.Sprintf("The description must be at most %d characters.", maxDescription))
 		}
 		if err := validateTags(in.Tags); err != nil {
 			return err
@@ -33,85 +43,57 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		if in.DryRun {
 			return ec2err.DryRun()
 		}
-		planned = &Snapshot{
+		sn := &Snapshot{
 			ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; return ok }),
-			VolumeID: v.ID, State: SnapshotPending, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
+			VolumeID: v.ID, State: SnapshotPending, Copying: true, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
 			Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, OwnerID: s.cfg.AccountID, Zone: v.Zone,
 			Tags: slices.Clone(in.Tags), DueAt: now.Add(s.cfg.Durations.Snapshot),
 		}
-		s.reserved[planned.ID] = struct{}{}
-		s.copying[v.ID]++
-		return nil
-	})
-	if err != nil {
-		if planned != nil {
-			s.withLock(func() { s.endCopy(planned) })
-		}
-		return Snapshot{}, err
-	}
-	ctx, cancel := ioCtx()
-	copyErr := s.backend.CreateSnapshot(ctx, planned.ID, planned.VolumeID)
-	cancel()
-	var out Snapshot
-	err = s.mutate(func(now time.Time) error {
-		s.endCopy(planned)
-		if copyErr != nil {
-			klog.ErrorS(copyErr, "Copying volume for snapshot failed", "volumeID", planned.VolumeID, "snapshotID", planned.ID)
-			return capacityOrInternal(copyErr, planned.VolumeSize)
-		}
-		sn := planned
 		s.snapshots[sn.ID] = sn
 		s.snapshotIDs.insert(sn.ID)
+		s.uncopied[v.ID]++
 		s.markDirty(kindSnapshot, sn.ID)
 		s.markPending(kindSnapshot, sn.ID)
 		out = sn.view(now)
-		klog.V(2).InfoS("Snapshot created", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+		klog.V(2).InfoS("Snapshot started", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
 		return nil
 	})
 	return out, err
 }
 
-// endCopy ends a snapshot copy's reservation and lets its volume's transitions run again.
-func (s *State) endCopy(sn *Snapshot) {
-	delete(s.reserved, sn.ID)
-	s.endCopyOf(sn.VolumeID)
-}
-
-// endCopyOf ends one copy's hold on a volume (a snapshot's or a volume copy's).
+// endCopyOf ends a volume copy's hold on its source volume.
 func (s *State) endCopyOf(volumeID string) {
 	if s.copying[volumeID]--; s.copying[volumeID] <= 0 {
 		delete(s.copying, volumeID)
 	}
 }
 
-// DeleteSnapshot removes a snapshot's record, then its bytes outside the lock. A file left by a crash in
-// between has no record and is removed at the next start.
+// DeleteSnapshot removes a snapshot's record, then a worker removes its file. A pending snapshot may be deleted,
+// as on EC2 (its creation is abandoned): its copy is cancelled, and the copy's job removes what it made. A file
+// left by a crash in between has no record and is removed at the next start.
 func (s *State) DeleteSnapshot(id string, dryRun bool) error {
-	err := s.mutate(func(time.Time) error {
+	return s.mutate(func(time.Time) error {
 		if err := checkID("snap", ec2err.CodeInvalidSnapshotIDMalformed, id); err != nil {
 			return err
 		}
-		if _, ok := s.snapshots[id]; !ok {
+		sn, ok := s.snapshots[id]
+		if !ok {
 			return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{id})
 		}
 		if dryRun {
 			return ec2err.DryRun()
 		}
+		s.setCopied(sn)
 		delete(s.snapshots, id)
 		s.snapshotIDs.remove(id)
 		s.markDirty(kindSnapshot, id)
+		if cancel, copying := s.copies[id]; copying {
+			cancel()
+			return nil
+		}
+		s.schedule(ioJob{kind: jobSnapshotRemove, snapshotID: id})
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := ioCtx()
-	defer cancel()
-	if err := s.backend.DeleteSnapshot(ctx, id); err != nil {
-		// The record is gone and the reply stands; the file is an orphan the next start removes.
-		klog.ErrorS(err, "Removing snapshot file failed", "snapshotID", id)
-	}
-	return nil
 }
 
 // DescribeSnapshotsInput adds owner and restorable-by selectors to a Describe* request.
@@ -179,6 +161,7 @@ func (sn *Snapshot) view(now time.Time) Snapshot {
 	c := *sn
 	c.Tags = slices.Clone(sn.Tags)
 	if c.State == SnapshotPending {
+		// Below 100 until completed, which waits for the copy too.
 		c.Progress = int(progress(sn.StartTime, sn.DueAt, now))
 	}
 	return c

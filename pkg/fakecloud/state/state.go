@@ -41,6 +41,7 @@ const (
 	kindSnapshot     = "snapshots"
 	kindModification = "modifications"
 	kindInstance     = "instances"
+	kindTombstone    = "tombstones"
 )
 
 // stuckPoll is how often held or busy transitions are tried again, so that lifting a fault resumes them.
@@ -64,17 +65,26 @@ type State struct {
 	instances     map[string]*Instance
 	instanceIDs   idIndex
 	tokens        map[string]string // ClientToken → volume ID
+	tombstones    tombstones        // ClientTokens of deleted volumes (tokens.go)
+	// uncopied counts, per volume, its pending snapshots whose copy is not done; the volume waits for them.
+	uncopied map[string]int
 
-	// Work whose block I/O runs outside the lock: IDs whose files are being made (no record yet), ClientTokens
-	// of creations in flight (a retry waits for the first), and volumes being copied into a snapshot (their
-	// transitions wait, since the backend serialises per volume).
+	// Work whose block I/O runs outside the lock: IDs whose files are being made by CreateVolume (no record
+	// yet), ClientTokens of creations in flight (a retry waits for the first), and volumes being copied into a
+	// new volume (their transitions wait, since the backend serialises per volume).
 	reserved       map[string]struct{}
 	tokensInFlight map[string]chan struct{}
 	copying        map[string]int
-	// jobs are block I/O scheduled by due transitions, run outside the lock (iojobs.go); ioBusy holds their
-	// volumes until the outcome is applied.
-	jobs   []ioJob
-	ioBusy map[string]struct{}
+	// Block I/O jobs (iojobs.go): scheduled under the lock, started once committed. ioBusy holds their volumes
+	// until the outcome is applied; copies cancels the snapshot copies in flight; slots bounds the workers;
+	// jobsCtx ends with Close.
+	jobs       []ioJob
+	ioBusy     map[string]struct{}
+	copies     map[string]context.CancelFunc
+	slots      chan struct{}
+	workers    sync.WaitGroup
+	jobsCtx    context.Context
+	cancelJobs context.CancelFunc
 
 	pending map[pendingKey]struct{}
 	dirty   map[pendingKey]struct{}
@@ -108,10 +118,14 @@ func New(cfg Config, opts Options) (*State, error) {
 		modifications:  map[string]*Modification{},
 		instances:      map[string]*Instance{},
 		tokens:         map[string]string{},
+		tombstones:     newTombstones(),
+		uncopied:       map[string]int{},
 		reserved:       map[string]struct{}{},
 		tokensInFlight: map[string]chan struct{}{},
 		copying:        map[string]int{},
 		ioBusy:         map[string]struct{}{},
+		copies:         map[string]context.CancelFunc{},
+		slots:          make(chan struct{}, ioWorkers),
 		pending:        map[pendingKey]struct{}{},
 		dirty:          map[pendingKey]struct{}{},
 		kick:           make(chan struct{}, 1),
@@ -124,6 +138,7 @@ func New(cfg Config, opts Options) (*State, error) {
 	if s.stuck == nil {
 		s.stuck = func(string) bool { return false }
 	}
+	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -135,6 +150,10 @@ func New(cfg Config, opts Options) (*State, error) {
 	if err := s.reconcile(context.Background()); err != nil {
 		return nil, err
 	}
+	// No copy is in flight yet: the temporary files of copies a crash cut short are garbage.
+	if err := s.backend.RemoveTemporaryFiles(); err != nil {
+		klog.ErrorS(err, "Removing temporary files of interrupted copies failed")
+	}
 	s.removeOrphans()
 	if err := s.flush(); err != nil {
 		return nil, err
@@ -143,10 +162,13 @@ func New(cfg Config, opts Options) (*State, error) {
 	return s, nil
 }
 
-// Close stops the transition loop. Devices stay bound; a new State on the same store picks them up.
+// Close stops the transition loop and the block I/O jobs; the outcome of a job cut short is not recorded, so the
+// next start replays it. Devices stay bound; a new State on the same store picks them up.
 func (s *State) Close() {
 	close(s.stop)
 	<-s.done
+	s.cancelJobs()
+	s.workers.Wait()
 }
 
 func (s *State) load() error {
@@ -174,6 +196,9 @@ func (s *State) load() error {
 			}
 			s.snapshots[id] = sn
 			s.snapshotIDs.insert(id)
+			if sn.Copying {
+				s.uncopied[sn.VolumeID]++
+			}
 			s.markPending(kindSnapshot, id)
 			return nil
 		}},
@@ -195,6 +220,14 @@ func (s *State) load() error {
 			s.instanceIDs.insert(id)
 			return nil
 		}},
+		{kindTombstone, func(token string, raw []byte) error {
+			tb := &Tombstone{}
+			if err := json.Unmarshal(raw, tb); err != nil {
+				return err
+			}
+			s.tombstones.add(token, tb)
+			return nil
+		}},
 	}
 	for _, l := range loaders {
 		if err := s.store.ForEach(l.kind, l.fn); err != nil {
@@ -205,16 +238,21 @@ func (s *State) load() error {
 }
 
 // reconcile gives every volume that holds a device after a restart its device again and releases the devices
-// of volumes that are gone.
+// of volumes that are gone. A volume on its way out (every attachment holding its device is detaching) keeps
+// the device it still has, for the replayed detach to release as it would have (busy while mounted), but is
+// not bound again when the release already happened and only its commit was lost.
 func (s *State) reconcile(ctx context.Context) error {
 	var bound []string
 	for id, v := range s.volumes {
-		for i := range v.Attachments {
-			a := &v.Attachments[i]
+		holds, leaving := false, true
+		for _, a := range v.Attachments {
 			if a.HostDevice != "" {
-				bound = append(bound, id)
-				break
+				holds = true
+				leaving = leaving && (a.State == AttachDetaching || a.State == AttachBusy)
 			}
+		}
+		if holds && (!leaving || s.backend.DevicePath(id) != "") {
+			bound = append(bound, id)
 		}
 	}
 	if err := s.backend.Reconcile(ctx, bound); err != nil {
@@ -269,6 +307,10 @@ func (s *State) flush() error {
 			if v, ok := s.instances[k.id]; ok {
 				rec = v
 			}
+		case kindTombstone:
+			if v, ok := s.tombstones.byToken[k.id]; ok {
+				rec = v
+			}
 		}
 		c := store.Change{Kind: k.kind, ID: k.id}
 		if rec != nil {
@@ -287,34 +329,33 @@ func (s *State) flush() error {
 	return nil
 }
 
-// mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is an internal
-// error: the client must not be told of a change that would not survive a restart.
+// mutate runs fn under the lock after advancing due transitions, then commits. A failed commit is answered as
+// EC2 would answer the failure behind it (a full disk is a capacity error, anything else an internal error):
+// the client must not be told of a change that would not survive a restart.
 func (s *State) mutate(fn func(now time.Time) error) error {
-	// Block I/O that fell due runs first, so that a zero duration is seen done by this very call.
-	_ = s.step(nil)
 	var fnErr error
 	if err := s.step(func(now time.Time) { fnErr = fn(now) }); err != nil {
-		return internal(err)
+		return storageError(err, 0)
 	}
 	return fnErr
 }
 
-// step advances due transitions and runs fn under the lock, commits, then runs the block I/O scheduled
-// meanwhile without the lock. It returns the commit's error.
+// step advances due transitions, runs fn, advances again (so that work fn made due, as with a zero duration,
+// starts now rather than on the loop's next turn), and commits, all under the lock; then it starts the block
+// I/O jobs scheduled meanwhile on workers, without waiting for them. It returns the commit's error.
 func (s *State) step(fn func(now time.Time)) error {
-	var err error
-	jobs := func() []ioJob {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		now := s.clock.Now()
+	s.mu.Lock()
+	now := s.clock.Now()
+	s.tombstones.expire(s, now)
+	s.advance(now)
+	if fn != nil {
+		fn(now)
 		s.advance(now)
-		if fn != nil {
-			fn(now)
-		}
-		err = s.commit()
-		return s.takeJobs()
-	}()
-	s.runJobs(jobs)
+	}
+	err := s.commit()
+	jobs := s.takeJobs()
+	s.mu.Unlock()
+	s.start(jobs)
 	return err
 }
 
@@ -336,7 +377,7 @@ func (s *State) commit() error {
 func (s *State) reload() error {
 	s.volumes, s.snapshots = map[string]*Volume{}, map[string]*Snapshot{}
 	s.modifications, s.instances = map[string]*Modification{}, map[string]*Instance{}
-	s.tokens = map[string]string{}
+	s.tokens, s.tombstones, s.uncopied = map[string]string{}, newTombstones(), map[string]int{}
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
 	clear(s.pending)
 	clear(s.dirty)
@@ -396,9 +437,7 @@ func (s *State) unreserve(id, token string) {
 }
 
 // read runs fn under the lock after advancing due transitions.
-func (s *State) read(fn func(now time.Time)) {
-	_ = s.mutate(func(now time.Time) error { fn(now); return nil })
-}
+func (s *State) read(fn func(now time.Time)) { _ = s.step(fn) }
 
 // run advances transitions when they fall due.
 func (s *State) run() {
@@ -446,9 +485,10 @@ func newID(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)[:17]
 }
 
-// ioCtx bounds block I/O run outside the state lock: copies of whole volumes, which may take minutes.
+// ioCtx bounds block I/O run outside the state lock by an API call: a volume's file made by CreateVolume,
+// which for a restore or a copy may take minutes.
 func ioCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 30*time.Minute)
+	return context.WithTimeout(context.Background(), ioTimeout)
 }
 
 // ctx for backend calls made under the state lock: they are short and must finish to keep state consistent.

@@ -1,30 +1,42 @@
 package state
 
 import (
+	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
-// maxTags is EC2's limit of tags per resource.
-const maxTags = 50
+// EC2's limits on tags: per resource, and the length of a key and of a value in characters.
+const (
+	maxTags        = 50
+	maxTagKeyLen   = 128
+	maxTagValueLen = 256
+)
 
+// validateTags checks tags given in one request: within EC2's limits, and no key twice (EC2 refuses that rather
+// than keep either value).
 func validateTags(tags []Tag) error {
 	if len(tags) > maxTags {
 		return ec2err.New(ec2err.CodeInvalidParameterValue, "The number of tags is %d; a resource can have at most %d tags.", len(tags), maxTags)
 	}
+	seen := make(map[string]bool, len(tags))
 	for _, t := range tags {
 		switch {
 		case t.Key == "":
 			return ec2err.InvalidValue("tag:key", "", "Tag keys must not be empty.")
-		case len(t.Key) > 128:
-			return ec2err.InvalidValue("tag:key", t.Key, "Tag keys must be at most 128 characters.")
-		case len(t.Value) > 256:
-			return ec2err.InvalidValue("tag:value", t.Value, "Tag values must be at most 256 characters.")
+		case utf8.RuneCountInString(t.Key) > maxTagKeyLen:
+			return ec2err.InvalidValue("tag:key", t.Key, fmt.Sprintf("Tag keys must be at most %d characters.", maxTagKeyLen))
+		case utf8.RuneCountInString(t.Value) > maxTagValueLen:
+			return ec2err.InvalidValue("tag:value", t.Value, fmt.Sprintf("Tag values must be at most %d characters.", maxTagValueLen))
 		case strings.HasPrefix(strings.ToLower(t.Key), "aws:"):
 			return ec2err.InvalidValue("tag:key", t.Key, "Tag keys starting with 'aws:' are reserved for internal use.")
+		case seen[t.Key]:
+			return ec2err.New(ec2err.CodeInvalidParameterValue, "Duplicate tag key '%s' specified.", t.Key)
 		}
+		seen[t.Key] = true
 	}
 	return nil
 }

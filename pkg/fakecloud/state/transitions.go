@@ -78,12 +78,13 @@ func (s *State) finishDelete(v *Volume) bool {
 	return false
 }
 
-// dropVolume forgets a deleted volume whose file is gone.
-func (s *State) dropVolume(v *Volume) {
+// dropVolume forgets a deleted volume whose file is gone; its ClientToken stays bound to it for a while.
+func (s *State) dropVolume(now time.Time, v *Volume) {
 	delete(s.volumes, v.ID)
 	s.volumeIDs.remove(v.ID)
 	if v.ClientToken != "" {
 		delete(s.tokens, v.ClientToken)
+		s.bury(now, v)
 	}
 	s.markDirty(kindVolume, v.ID)
 	if _, ok := s.modifications[v.ID]; ok {
@@ -167,17 +168,42 @@ func (s *State) optimize(v *Volume, m *Modification) {
 	s.markDirty(kindModification, v.ID)
 }
 
+// advanceSnapshot starts a pending snapshot's copy once no other job holds its volume, and completes the
+// snapshot once the copy is done and its duration has passed.
 func (s *State) advanceSnapshot(now time.Time, id string) bool {
 	sn, ok := s.snapshots[id]
-	if !ok {
+	if !ok || sn.State != SnapshotPending {
 		return true
 	}
-	if sn.State == SnapshotPending && due(now, sn.DueAt) && !s.stuck(TransitionSnapshot) {
+	if sn.Copying {
+		_, running := s.copies[id]
+		if _, held := s.ioBusy[sn.VolumeID]; !running && !held {
+			s.schedule(ioJob{kind: jobSnapshotCopy, snapshotID: id, volumeID: sn.VolumeID})
+		}
+		return false
+	}
+	if due(now, sn.DueAt) && !s.stuck(TransitionSnapshot) {
 		sn.State, sn.Progress, sn.CompletionTime = SnapshotCompleted, 100, now
 		s.markDirty(kindSnapshot, id)
+		klog.V(2).InfoS("Snapshot completed", "snapshotID", id, "volumeID", sn.VolumeID)
 	}
 	return sn.State != SnapshotPending
 }
+
+// setCopied records that a snapshot's copy has ended (done or failed), which frees its volume.
+func (s *State) setCopied(sn *Snapshot) {
+	if !sn.Copying {
+		return
+	}
+	sn.Copying = false
+	if s.uncopied[sn.VolumeID]--; s.uncopied[sn.VolumeID] <= 0 {
+		delete(s.uncopied, sn.VolumeID)
+	}
+	s.markPending(kindVolume, sn.VolumeID)
+}
+
+// untimed is the due time of a transition that waits for block I/O, whose end kicks the loop.
+var untimed = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // dueOf is when a pending resource next needs a look, and whether a fault or a busy device holds it.
 func (s *State) dueOf(k pendingKey) (time.Time, bool) {
@@ -212,9 +238,11 @@ func (s *State) dueOf(k pendingKey) (time.Time, bool) {
 		}
 		return earliest, held
 	case kindSnapshot:
-		if sn, ok := s.snapshots[k.id]; ok {
+		if sn, ok := s.snapshots[k.id]; ok && !sn.Copying {
 			return sn.DueAt, s.stuck(TransitionSnapshot)
 		}
+		// A copy in flight ends with a kick; nothing to time.
+		return untimed, false
 	case kindModification:
 		if m, ok := s.modifications[k.id]; ok {
 			if m.State == ModModifying {

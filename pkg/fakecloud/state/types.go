@@ -107,6 +107,7 @@ type Snapshot struct {
 	ID             string    `json:"id"`
 	VolumeID       string    `json:"volumeId"`
 	State          string    `json:"state"`
+	StatusMessage  string    `json:"statusMessage,omitempty"`
 	Progress       int       `json:"progress"`
 	StartTime      time.Time `json:"startTime"`
 	CompletionTime time.Time `json:"completionTime,omitempty"`
@@ -118,6 +119,8 @@ type Snapshot struct {
 	Zone           string    `json:"zone"`
 	Tags           []Tag     `json:"tags,omitempty"`
 	DueAt          time.Time `json:"dueAt,omitempty"`
+	// Copying: the volume's bytes are not all in the snapshot's file yet (a worker copies them).
+	Copying bool `json:"copying,omitempty"`
 }
 
 // Instance is a machine volumes attach to: a node of a test cluster.

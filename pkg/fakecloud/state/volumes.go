@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -47,6 +49,9 @@ func (in CreateVolumeInput) hash() string {
 // maxClientToken is EC2's limit on ClientToken length.
 const maxClientToken = 64
 
+// maxKmsKeyID bounds a KMS key's ID, alias or ARN, as KMS does.
+const maxKmsKeyID = 2048
+
 // CreateVolume validates the request, makes the volume's file outside the state lock (a restore copies a whole
 // snapshot), then records the volume in state creating. The reply is sent only once the record is committed.
 func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
@@ -57,7 +62,7 @@ func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
 			wait    chan struct{}
 		)
 		err := s.mutate(func(now time.Time) error {
-			v, w, err := s.planVolume(in)
+			v, w, err := s.planVolume(in, now)
 			if err == nil && w == nil && v.State != "" {
 				out = v.view()
 				return nil
@@ -82,9 +87,10 @@ func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
 	}
 }
 
-// planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken,
-// or a channel to wait on when a request with the same token is in flight.
-func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error) {
+// planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken
+// (in state deleted when the token's volume is gone: tokens.go), or a channel to wait on when a request with
+// the same token is in flight.
+func (s *State) planVolume(in CreateVolumeInput, now time.Time) (*Volume, chan struct{}, error) {
 	var zone string
 	var err error
 	if in.SourceVolumeID == "" {
@@ -99,11 +105,14 @@ func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error)
 		if w, ok := s.tokensInFlight[in.ClientToken]; ok {
 			return nil, w, nil
 		}
-		if id, ok := s.tokens[in.ClientToken]; ok {
-			v := s.volumes[id]
+		v, ok := s.volumes[s.tokens[in.ClientToken]]
+		if tb, buried := s.tombstone(in.ClientToken, now); !ok && buried {
+			v, ok = &tb.Volume, true
+		}
+		if ok {
 			if v.ParamsHash != in.hash() {
 				return nil, nil, ec2err.New(ec2err.CodeIdempotentParameterMismatch,
-					"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, id)
+					"The client token '%s' was used with different parameters for volume '%s'.", in.ClientToken, v.ID)
 			}
 			if in.DryRun {
 				return nil, nil, ec2err.DryRun()
@@ -117,6 +126,9 @@ func (s *State) planVolume(in CreateVolumeInput) (*Volume, chan struct{}, error)
 	}
 	if err := s.applySource(v, in); err != nil {
 		return nil, nil, err
+	}
+	if utf8.RuneCountInString(in.KmsKeyID) > maxKmsKeyID {
+		return nil, nil, ec2err.InvalidValue("kmsKeyId", in.KmsKeyID, fmt.Sprintf("A KMS key must be named in at most %d characters.", maxKmsKeyID))
 	}
 	if in.KmsKeyID != "" && !v.Encrypted {
 		return nil, nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
@@ -168,13 +180,15 @@ func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
 			if errors.Is(err, blockdev.ErrNotFound) {
 				return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
 			}
-			return capacityOrInternal(err, v.SizeGiB)
+			return storageError(err, v.SizeGiB)
 		}
 		v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
 		v.Tags = slices.Clone(in.Tags)
 		if in.ClientToken != "" {
 			v.ClientToken, v.ParamsHash = in.ClientToken, in.hash()
 			s.tokens[in.ClientToken] = v.ID
+			// An expired tombstone of the token, not yet swept, goes with the token's new use.
+			s.tombstones.forget(s, in.ClientToken)
 		}
 		s.volumes[v.ID] = v
 		s.volumeIDs.insert(v.ID)
@@ -188,16 +202,20 @@ func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
 	return out, merr
 }
 
-// capacityOrInternal answers a backing file that could not be made or grown: a full data directory or a size
-// past its filesystem's largest file is EC2's capacity error, anything else an internal error.
-func capacityOrInternal(err error, sizeGiB int32) error {
+// storageError answers a failed write to the data directory (a volume or snapshot file made or grown, or the
+// state store's commit): a full filesystem, or a size past its largest file (sizeGiB, when a volume's size is
+// the cause), is EC2's capacity error naming the cause; anything else an internal error.
+func storageError(err error, sizeGiB int32) error {
 	switch {
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
 			"There is not enough capacity to fulfill your EBS volume provision request: the data directory's filesystem is full (%v).", unix.ENOSPC)
-	case errors.Is(err, unix.EFBIG):
+	case errors.Is(err, unix.EFBIG) && sizeGiB > 0:
 		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
 			"There is not enough capacity to fulfill your EBS volume provision request: a volume of %d GiB exceeds the largest file the data directory's filesystem can hold (%v).", sizeGiB, unix.EFBIG)
+	case errors.Is(err, unix.EFBIG):
+		return ec2err.New(ec2err.CodeInsufficientVolumeCapacity,
+			"There is not enough capacity to fulfill your EBS volume provision request: a file exceeds the largest the data directory's filesystem can hold (%v).", unix.EFBIG)
 	}
 	return internal(err)
 }

@@ -3,15 +3,19 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // Store is a durable map of kind → id → bytes.
 type Store struct {
-	db *bolt.DB
+	db  *bolt.DB
+	dir string
 }
 
 // Options tune durability; the zero value is fully durable.
@@ -26,7 +30,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, dir: filepath.Dir(path)}, nil
 }
 
 // Change is one record to write (Value non-nil) or remove (Value nil).
@@ -36,12 +40,13 @@ type Change struct {
 	Value []byte
 }
 
-// Commit applies changes atomically.
+// Commit applies changes atomically. A commit that failed for want of space matches unix.ENOSPC, so that the
+// client is told the cloud is full rather than broken.
 func (s *Store) Commit(changes []Change) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, c := range changes {
 			b, err := tx.CreateBucketIfNotExists([]byte(c.Kind))
 			if err != nil {
@@ -58,6 +63,24 @@ func (s *Store) Commit(changes []Change) error {
 		}
 		return nil
 	})
+	if err != nil && !errors.Is(err, unix.ENOSPC) && s.nearlyFull() {
+		// bbolt words some failures (growing its file) without their errno; a filesystem with less room than
+		// one growth step explains them.
+		return fmt.Errorf("%w (%w)", err, unix.ENOSPC)
+	}
+	return err
+}
+
+// growthStep is the most bbolt grows its file by at once (its default AllocSize).
+const growthStep = 16 << 20
+
+// nearlyFull reports whether the store's filesystem has less room than one growth step of the database.
+func (s *Store) nearlyFull() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.dir, &st); err != nil {
+		return false
+	}
+	return int64(st.Bavail)*int64(st.Bsize) < growthStep
 }
 
 // ForEach calls fn for every record of a kind, in key order.
