@@ -10,7 +10,7 @@ VERSION_PKG := github.com/diskforge/diskforge/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
 BENCH_RUNS ?= 3
 
-.PHONY: all build demo test test-go test-clients e2e e2e-conformance e2e-tools bench lint deps clean
+.PHONY: all build demo test test-go test-race test-clients e2e e2e-conformance e2e-conformance-md e2e-tools bench lint deps clean
 
 all: build
 
@@ -23,13 +23,20 @@ demo:
 	$(MAKE) build
 	$(GO) run ./test/demo --bin $(BIN)
 
-# Everything CI runs. Needs root, loop devices, e2fsprogs, xfsprogs and the AWS CLI (see `make deps`).
+# Everything CI runs (.ci/run, with CI=true). Needs root, loop devices, e2fsprogs, xfsprogs and the AWS CLI (see
+# `make deps`).
 test:
 	hack/deps.sh test
-	$(MAKE) lint manifests test-go test-clients e2e
+	$(MAKE) lint manifests test-go test-race test-clients e2e
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
+
+# The packages whose code runs concurrently, under the race detector (cgo: gcc): ec2cloud's batcher, waits and
+# device-name allocator, the driver's in-flight locks and gRPC servers, fakecloud's state, faults and API.
+RACE_PKGS := ./pkg/cloud/ec2cloud/... ./pkg/driver/... ./pkg/fakecloud/...
+test-race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 
 test-clients:
 	bash test/clients/run.sh
@@ -37,17 +44,21 @@ test-clients:
 # Real Kubernetes v1.36.3 on this host: the control plane as local processes, three kubelets on containerd v2 with
 # Debian's runc, and the kind overlay applied as pods of the images make image builds; then the scenarios (S0-S8)
 # and a focused subset of Kubernetes' external storage suite (e2e.test: 14 specs, ciSpecs in
-# test/e2e/scenarios/external_test.go, about 6 minutes). The binaries are built once into .cache/e2e-bin.
-# E2E_EXTERNAL=false leaves the external suite out; make e2e-conformance runs all of it.
+# test/e2e/scenarios/external_test.go, about 6 minutes: it fails unless exactly those specs ran and passed). The
+# binaries are built once into .cache/e2e-bin. E2E_EXTERNAL=false leaves the external suite out; make
+# e2e-conformance runs all of it. Each run of the suite keeps its report under _output/e2e-external.
 E2E_EXTERNAL ?= true
 e2e: image
-	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ && \
+	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ ./external/... && \
 		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ $(if $(filter true,$(E2E_EXTERNAL)),,-run '^TestE2E$$') \
 			-args -external=$(E2E_EXTERNAL)
 
 # Kubernetes' external storage suite, all of it but its disruptive specs (which restart kubelets over SSH), on a
 # fresh cluster; E2E_CONFORMANCE_TIMEOUT bounds the suite (ginkgo then interrupts it and reports what ran), and
 # E2E_CONFORMANCE_FOCUS (a ginkgo regexp) narrows it. The images include hello-populator, for the populator spec.
+# test/e2e/external/conformance.md is written from this run's report (ginkgo's JSON, kept with run.json under
+# _output/e2e-external/conformance-<time>); make e2e-conformance-md writes it again from a saved run
+# (E2E_RUN_DIR, default the newest), e.g. after editing test/e2e/external/notes.yaml.
 E2E_CONFORMANCE_TIMEOUT ?= 3h
 E2E_CONFORMANCE_FOCUS ?= .
 e2e-conformance:
@@ -55,7 +66,14 @@ e2e-conformance:
 	$(MAKE) image
 	cd test/e2e && $(GO) test -tags e2e -count=1 -v -timeout 4h ./scenarios/ -run TestExternalStorage \
 		-args -external-focus='$(E2E_CONFORMANCE_FOCUS)' -external-skip='\[Disruptive\]' \
-		-external-timeout=$(E2E_CONFORMANCE_TIMEOUT)
+		-external-timeout=$(E2E_CONFORMANCE_TIMEOUT) -external-markdown=$(CURDIR)/test/e2e/external/conformance.md
+
+E2E_RUN_DIR ?= $(lastword $(sort $(wildcard _output/e2e-external/conformance-*)))
+e2e-conformance-md:
+	@test -n "$(E2E_RUN_DIR)" || { echo "no saved run: make e2e-conformance first, or set E2E_RUN_DIR"; exit 1; }
+	cd test/e2e && $(GO) run ./external/conformance-md -run-dir $(abspath $(E2E_RUN_DIR)) \
+		-notes external/notes.yaml -o $(CURDIR)/test/e2e/external/conformance.md \
+		-regenerate 'make e2e-conformance-md E2E_RUN_DIR=$(E2E_RUN_DIR)'
 
 e2e-tools:
 	hack/build-e2e-tools.sh

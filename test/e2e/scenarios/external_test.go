@@ -3,58 +3,73 @@
 package scenarios
 
 import (
-	"encoding/xml"
 	"flag"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/test/e2e/external/suitereport"
 )
 
 // The external storage suite's specs are named "External Storage [Driver: disk.csi.diskforge.io]
-// [Testpattern: <pattern>] [<tags>] <suite> <test>" (e2e.test -ginkgo.dry-run -ginkgo.v lists them). ciSpecs, one
-// spec each, are the subset make e2e runs: provisioning with a clone as data source, data kept on filesystem and
-// block volumes, exec from a volume, online (xfs) and offline (default fs, ext4) expansion, snapshot and restore,
-// topology, CSINode limits, two volumes across nodes, pods sharing a volume, fsGroup. About 5½ minutes here.
-// make e2e-conformance runs the whole suite but its disruptive specs.
+// [Testpattern: <pattern>] [<tags>] <suite> <test>" (e2e.test -ginkgo.dry-run -ginkgo.v lists them). ciSpecs are
+// the subset make e2e runs, by their full names: provisioning with a clone as data source, data kept on filesystem
+// and block volumes, exec from a volume, online (xfs) and offline (default fs, ext4) expansion, snapshot and
+// restore, topology, CSINode limits, two volumes across nodes, pods sharing a volume, fsGroup. About 5½ minutes
+// here. The run must run exactly these and each must pass: a spec renamed upstream (which the focus then no longer
+// selects), one the suite skips, or one more that the focus selects fails it. make e2e-conformance runs the whole
+// suite but its disruptive specs.
 var ciSpecs = []string{
-	`\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with pvc data source$`,
-	`\[Testpattern: Dynamic PV \(default fs\)\] volumes should store data$`,
-	`\[Testpattern: Dynamic PV \(default fs\)\] volumes should allow exec of files on the volume$`,
-	`\[Testpattern: Dynamic PV \(block volmode\)\] volumes should store data$`,
-	`\[Testpattern: Dynamic PV \(xfs\)\] \[Slow\] volume-expand should resize volume when PVC is edited while pod is using it`,
-	`\[Testpattern: Dynamic PV \(default fs\)\(allowExpansion\)\] volume-expand Verify if offline PVC expansion works`,
-	`\[Testpattern: Dynamic Snapshot \(delete policy\)\] snapshottable \[Feature:VolumeSnapshotDataSource\] volume snapshot controller +should check snapshot fields, check restore correctly works after modifying source data, check deletion \(persistent\)`,
-	`\[Testpattern: Dynamic PV \(delayed binding\)\] topology should`,
-	`\[Testpattern: Dynamic PV \(filesystem volmode\)\] volumeLimits should verify that all csinodes have volume limits`,
-	`\[Testpattern: Dynamic PV \(block volmode\)\] multiVolume \[Slow\] should access to two volumes with different volume mode and retain data across pod recreation on different node`,
-	`\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on the same node`,
-	`\[Testpattern: Dynamic PV \(block volmode\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on the same node`,
-	`\[Testpattern: Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\)\[LinuxOnly\], pod created with an initial fsgroup, new pod fsgroup applied to volume contents`,
+	driverSpec + "[Testpattern: Dynamic PV (default fs)] provisioning should provision storage with pvc data source",
+	driverSpec + "[Testpattern: Dynamic PV (default fs)] volumes should store data",
+	driverSpec + "[Testpattern: Dynamic PV (default fs)] volumes should allow exec of files on the volume",
+	driverSpec + "[Testpattern: Dynamic PV (block volmode)] volumes should store data",
+	driverSpec + "[Testpattern: Dynamic PV (xfs)] [Slow] volume-expand should resize volume when PVC is edited while pod is using it",
+	driverSpec + "[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand Verify if offline PVC expansion works",
+	driverSpec + "[Testpattern: Dynamic Snapshot (delete policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller should check snapshot fields, check restore correctly works after modifying source data, check deletion (persistent)",
+	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should provision a volume and schedule a pod with AllowedTopologies",
+	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should fail to schedule a pod which has topologies that conflict with AllowedTopologies",
+	driverSpec + "[Testpattern: Dynamic PV (filesystem volmode)] volumeLimits should verify that all csinodes have volume limits",
+	driverSpec + "[Testpattern: Dynamic PV (block volmode)] multiVolume [Slow] should access to two volumes with different volume mode and retain data across pod recreation on different node",
+	driverSpec + "[Testpattern: Dynamic PV (filesystem volmode)] multiVolume [Slow] should concurrently access the single volume from pods on the same node",
+	driverSpec + "[Testpattern: Dynamic PV (block volmode)] multiVolume [Slow] should concurrently access the single volume from pods on the same node",
+	driverSpec + "[Testpattern: Dynamic PV (default fs)] fsgroupchangepolicy (OnRootMismatch)[LinuxOnly], pod created with an initial fsgroup, new pod fsgroup applied to volume contents",
 }
 
-// ciFocus selects ciSpecs.
-var ciFocus = strings.Join(ciSpecs, "|")
+// driverSpec begins the name of each spec the suite runs against the driver.
+const driverSpec = "External Storage [Driver: disk.csi.diskforge.io] "
+
+// ciFocus selects ciSpecs: each name in full, to the end of the spec's text. ginkgo matches the focus against
+// the suite's description, a space and the spec's text, so the start is left open.
+func ciFocus() string {
+	quoted := make([]string, len(ciSpecs))
+	for i, name := range ciSpecs {
+		quoted[i] = regexp.QuoteMeta(name)
+	}
+	return "(?:" + strings.Join(quoted, "|") + ")$"
+}
 
 var (
-	externalFlag    = flag.Bool("external", true, "run Kubernetes' external storage suite (e2e.test) after the scenarios")
-	externalFocus   = flag.String("external-focus", ciFocus, "ginkgo focus of the external storage suite")
+	externalFlag  = flag.Bool("external", true, "run Kubernetes' external storage suite (e2e.test) after the scenarios")
+	externalFocus = flag.String("external-focus", "", "ginkgo focus within the external storage suite's specs; "+
+		"empty: the CI subset (ciSpecs), which must run exactly and pass")
 	externalSkip    = flag.String("external-skip", `\[Disruptive\]|\[Serial\]`, "ginkgo skip of the external storage suite")
 	externalTimeout = flag.Duration("external-timeout", 2*time.Hour, "ginkgo's timeout for the external storage suite: "+
 		"then it interrupts the running spec, cleans up and reports what ran")
+	externalMarkdown = flag.String("external-markdown", "", "also write the run's Markdown summary to this file "+
+		"(make e2e-conformance: test/e2e/external/conformance.md)")
 )
 
 // TestExternalStorage runs Kubernetes' own storage suite, e2e.test v1.36.3 built with hack/build-e2e-tools.sh,
-// against the driver as a cluster runs it, with test/e2e/external/driver.yaml as the test driver, and reports
-// pass/fail/skip per test pattern.
+// against the driver as a cluster runs it, with test/e2e/external/driver.yaml as the test driver. Each run keeps
+// its directory under _output/e2e-external (ginkgo's JSON report, run.json, e2e.test's log and summary.md, the
+// Markdown of test/e2e/external/suitereport: per test pattern and suite, failures and skips with their reasons).
 func TestExternalStorage(t *testing.T) {
 	if !*externalFlag {
 		t.Skip("-external=false")
@@ -79,28 +94,50 @@ func TestExternalStorage(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v (run hack/build-e2e-tools.sh)", err)
 	}
-	focus, skip := *externalFocus, *externalSkip
-	out := t.TempDir()
+	ciSubset := *externalFocus == ""
+	focus, kind := ciFocus(), "ci"
+	if !ciSubset {
+		focus, kind = "External.Storage.*("+*externalFocus+")", "focus"
+	}
+	if *externalMarkdown != "" {
+		kind = "conformance"
+	}
+	start := time.Now()
+	runDir := filepath.Join(root, "_output", "e2e-external", kind+"-"+start.UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	driverYAML := filepath.Join(root, "test", "e2e", "external", "driver.yaml")
 	args := []string{
 		"-kubeconfig=" + env.kubeconfig,
-		"-storage.testdriver=" + filepath.Join(root, "test", "e2e", "external", "driver.yaml"),
-		"-ginkgo.focus=External.Storage.*(" + focus + ")",
-		"-ginkgo.skip=" + skip,
+		"-storage.testdriver=" + driverYAML,
+		"-ginkgo.focus=" + focus,
+		"-ginkgo.skip=" + *externalSkip,
 		"-ginkgo.timeout=" + externalTimeout.String(), "-ginkgo.v", "-ginkgo.no-color",
-		"-report-dir=" + out, "-provider=local", "-node-os-distro=debian",
+		"-ginkgo.json-report=" + filepath.Join(runDir, suitereport.ReportFile),
+		"-report-dir=" + runDir, "-provider=local", "-node-os-distro=debian",
 		"-allowed-not-ready-nodes=0", "-system-pods-startup-timeout=2m", "-minStartupPods=0",
-		"-ginkgo.junit-report=" + filepath.Join(out, "junit.xml"),
 	}
+	// run.json: the command, with the run's own paths as names, and the versions of what runs.
+	shown := strings.NewReplacer(runDir, "<run-dir>", env.kubeconfig, "<kubeconfig>", root+"/", "")
+	run := suitereport.Run{Command: []string{"e2e.test"},
+		Versions: runVersions(t.Context(), root, bin, env.kubeconfig, driverYAML)}
+	for _, a := range args {
+		run.Command = append(run.Command, shown.Replace(a))
+	}
+	if err := writeJSON(filepath.Join(runDir, suitereport.RunFile), run); err != nil {
+		t.Fatal(err)
+	}
+
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+env.repoList)
-	logFile := filepath.Join(os.TempDir(), fmt.Sprintf("diskforge-e2e-external-%d.log", time.Now().Unix()))
+	logFile := filepath.Join(runDir, "e2e.log")
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	cmd.Stdout, cmd.Stderr = f, f
-	start := time.Now()
 	t.Logf("running %s %s (log %s)", bin, strings.Join(args, " "), logFile)
 	runErr := cmd.Start()
 	if runErr == nil {
@@ -109,17 +146,54 @@ func TestExternalStorage(t *testing.T) {
 		external.set(nil)
 	}
 	took := time.Since(start)
-	counts, err := junitCounts(filepath.Join(out, "junit.xml"))
-	if err != nil {
-		t.Fatalf("e2e.test: %v; report: %v; see %s", runErr, err, logFile)
-	}
-	t.Logf("external storage suite in %s:\n%s", took.Round(time.Second), counts.table())
 	recordTiming("external storage suite", result(runErr == nil), took)
-	if runErr != nil || counts.failed > 0 {
-		t.Fatalf("e2e.test: %v; %d failed (%s)", runErr, counts.failed, strings.Join(counts.failures, "; "))
+	summary, err := suitereport.Load(runDir)
+	if err != nil {
+		t.Fatalf("e2e.test: %v; its report: %v; see %s", runErr, err, logFile)
 	}
-	if counts.passed == 0 {
-		t.Fatal("e2e.test ran no spec: the focus matches nothing")
+	writeSummaries(t, summary, root, runDir)
+	c := summary.Counts()
+	t.Logf("external storage suite in %s: %d passed, %d failed, %d skipped, %d not reached (%s)", took.Round(time.Second),
+		c[suitereport.Passed], c[suitereport.Failed], c[suitereport.Skipped], c[suitereport.NotReached],
+		filepath.Join(runDir, "summary.md"))
+	if ciSubset {
+		if err := summary.CheckExactly(ciSpecs); err != nil {
+			t.Fatalf("the CI subset must run exactly its %d specs (ciSpecs) and pass each:\n%v", len(ciSpecs), err)
+		}
+	} else {
+		if c[suitereport.Failed] > 0 || summary.SuiteNodeFailures() > 0 {
+			t.Errorf("%d specs and %d suite-level nodes failed: see %s", c[suitereport.Failed],
+				summary.SuiteNodeFailures(), filepath.Join(runDir, "summary.md"))
+		}
+		if c[suitereport.Passed] == 0 {
+			t.Error("e2e.test passed no spec: does the focus match any?")
+		}
+	}
+	if runErr != nil {
+		t.Fatalf("e2e.test: %v; see %s", runErr, logFile)
+	}
+}
+
+// writeSummaries writes the run's Markdown into its directory, and to -external-markdown when given.
+func writeSummaries(t *testing.T, s *suitereport.Summary, root, runDir string) {
+	t.Helper()
+	rel, err := filepath.Rel(root, runDir)
+	if err != nil {
+		rel = runDir
+	}
+	o := suitereport.MarkdownOptions{Regenerate: "make e2e-conformance-md E2E_RUN_DIR=" + rel}
+	if o.Notes, err = suitereport.LoadNotes(filepath.Join(root, "test", "e2e", "external", "notes.yaml")); err != nil {
+		t.Error(err) // the summary is still worth writing
+	}
+	for _, out := range []string{filepath.Join(runDir, "summary.md"), *externalMarkdown} {
+		if out == "" {
+			continue
+		}
+		if err := s.WriteMarkdownFile(out, o); err != nil {
+			t.Error(err)
+		} else {
+			t.Logf("wrote %s", out)
+		}
 	}
 }
 
@@ -145,79 +219,4 @@ func stopExternal() {
 		logf("killing e2e.test (pid %d)", external.p.Pid)
 		_ = external.p.Kill()
 	}
-}
-
-type suiteCounts struct {
-	byPattern               map[string]*[3]int // passed, failed, skipped
-	passed, failed, skipped int
-	failures                []string
-}
-
-// patternRE finds a spec's pattern and suite; tags such as [Slow] may stand between them.
-var patternRE = regexp.MustCompile(`\[Testpattern: ([^\]]*)\] (?:\[[^\]]*\] )*([^ \[]+)`)
-
-// junitCounts reads ginkgo's JUnit report: counts per test pattern and suite, the failures' names.
-func junitCounts(file string) (*suiteCounts, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var doc struct {
-		Suites []struct {
-			Cases []struct {
-				Name    string    `xml:"name,attr"`
-				Status  string    `xml:"status,attr"`
-				Failure *struct{} `xml:"failure"`
-				Error   *struct{} `xml:"error"`
-				Skipped *struct{} `xml:"skipped"`
-			} `xml:"testcase"`
-		} `xml:"testsuite"`
-	}
-	if err := xml.Unmarshal(raw, &doc); err != nil {
-		return nil, err
-	}
-	c := &suiteCounts{byPattern: map[string]*[3]int{}}
-	for _, s := range doc.Suites {
-		for _, tc := range s.Cases {
-			key := "(suite setup and teardown)" // the suite's own nodes, counted for their failures only
-			m := patternRE.FindStringSubmatch(tc.Name)
-			if m != nil {
-				key = m[1] + " / " + m[2]
-			} else if tc.Failure == nil && tc.Error == nil {
-				continue
-			}
-			if c.byPattern[key] == nil {
-				c.byPattern[key] = &[3]int{}
-			}
-			switch {
-			case tc.Failure != nil || tc.Error != nil:
-				c.byPattern[key][1]++
-				c.failed++
-				c.failures = append(c.failures, tc.Name)
-			case tc.Skipped != nil || tc.Status == "skipped" || tc.Status == "pending":
-				c.byPattern[key][2]++
-				c.skipped++
-			default:
-				c.byPattern[key][0]++
-				c.passed++
-			}
-		}
-	}
-	return c, nil
-}
-
-func (c *suiteCounts) table() string {
-	keys := make([]string, 0, len(c.byPattern))
-	for k := range c.byPattern {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-70s %6s %6s %6s\n", "PATTERN / SUITE", "PASS", "FAIL", "SKIP")
-	for _, k := range keys {
-		v := c.byPattern[k]
-		fmt.Fprintf(&b, "%-70s %6d %6d %6d\n", k, v[0], v[1], v[2])
-	}
-	fmt.Fprintf(&b, "%-70s %6d %6d %6d\n", "total", c.passed, c.failed, c.skipped)
-	return b.String()
 }
