@@ -91,3 +91,25 @@ func TestReusedNameLostReply(t *testing.T) {
 		t.Errorf("%d disks in the cloud after the retry, want 1: a disk leaked", n)
 	}
 }
+
+// TestNameReusedManyTimes: a name created and deleted again and again within the token retention steps once
+// more each time, and every creation gets a disk of its own.
+func TestNameReusedManyTimes(t *testing.T) {
+	const name = "pvc-reused-often"
+	e := newTestEnv(t, fakecloudtest.Options{})
+	ctx := testCtx(t)
+	seen := map[string]bool{}
+	for i := range 6 {
+		d, err := e.CreateDisk(ctx, name, cloud.DiskOptions{Zone: zoneA, SizeGiB: 1})
+		if err != nil {
+			t.Fatalf("creation %d: %v", i+1, err)
+		}
+		if seen[d.ID] {
+			t.Fatalf("creation %d got %s again", i+1, d.ID)
+		}
+		seen[d.ID] = true
+		if err := e.DeleteDisk(ctx, d.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

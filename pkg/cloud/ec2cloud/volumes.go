@@ -17,8 +17,11 @@ import (
 	"github.com/diskforge/diskforge/pkg/volumetypes"
 )
 
-// maxTokenGenerations bounds how often CreateDisk steps past a token whose disk is being deleted.
-const maxTokenGenerations = 3
+// maxTokenGenerations bounds how often CreateDisk steps past a token whose disk is deleting or deleted. EC2
+// keeps a token bound to its disk for a while after the disk is gone (fakecloud: --client-token-retention), so
+// a name created and deleted n times in that while takes n steps; the bound only stops a cloud that answers
+// every token with a deleted disk.
+const maxTokenGenerations = 64
 
 // clientToken derives CreateVolume's ClientToken from the CSI volume name: hex SHA-256, 64 characters, EC2's
 // limit. A retried CreateDisk (after a lost reply, a timeout, a restart) sends the same token and so gets the
