@@ -22,10 +22,10 @@ const Default = "gp2"
 // Names lists the types EC2 offers, in the order its error messages give them.
 func Names() []string { return []string{"standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"} }
 
-// Lookup returns the bounds of a type ("" is Default).
+// Lookup returns the bounds of a type.
 func Lookup(volumeType string) (Limits, bool) {
 	switch volumeType {
-	case "gp2", "":
+	case "gp2":
 		return Limits{MinSizeGiB: 1, MaxSizeGiB: 16384}, true
 	case "gp3":
 		return Limits{MinSizeGiB: 1, MaxSizeGiB: 65536, MinIOPS: 3000, MaxIOPS: 80000, DefaultIOPS: 3000, IOPSPerGiB: 500,
@@ -53,15 +53,15 @@ func (e *SizeError) Error() string {
 	return fmt.Sprintf("%s volumes are %d–%d GiB, not %d GiB", e.Type, e.Min, e.Max, e.SizeGiB)
 }
 
-// CheckSize reports a size the type does not allow as a *SizeError; an unknown type is not checked (the cloud
-// refuses it in its own words).
+// CheckSize reports a size the type ("" is Default) does not allow as a *SizeError; an unknown type is not
+// checked (the cloud refuses it in its own words).
 func CheckSize(volumeType string, sizeGiB int32) error {
+	if volumeType == "" {
+		volumeType = Default
+	}
 	lim, ok := Lookup(volumeType)
 	if !ok || (sizeGiB >= lim.MinSizeGiB && sizeGiB <= lim.MaxSizeGiB) {
 		return nil
-	}
-	if volumeType == "" {
-		volumeType = Default
 	}
 	return &SizeError{Type: volumeType, SizeGiB: sizeGiB, Min: lim.MinSizeGiB, Max: lim.MaxSizeGiB}
 }

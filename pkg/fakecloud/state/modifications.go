@@ -77,13 +77,13 @@ func (s *State) target(v *Volume, in ModifyInput) (*Modification, error) {
 	switch {
 	case in.Iops != nil:
 		spec.Iops = in.Iops
-	case lim.maxIops > 0 && spec.Type == v.Type && v.Iops > 0:
+	case lim.MaxIOPS > 0 && spec.Type == v.Type && v.Iops > 0:
 		spec.Iops = &v.Iops
 	}
 	switch {
 	case in.Throughput != nil:
 		spec.Throughput = in.Throughput
-	case lim.maxThroughput > 0 && spec.Type == v.Type && v.Throughput > 0:
+	case lim.MaxThroughput > 0 && spec.Type == v.Type && v.Throughput > 0:
 		spec.Throughput = &v.Throughput
 	}
 	iops, tp, err := spec.settle()
