@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
@@ -410,6 +412,12 @@ func TestControllerPublishOnAStaleView(t *testing.T) {
 	if err := other.DeleteDisk(ctx, deleted); err != nil {
 		t.Fatal(err)
 	}
+	// fakecloud removes a deleted volume's file on a worker, moments after DeleteVolume answers; until then the
+	// volume is deleting, and a publish is told to come back (Aborted).
+	fakecloudtest.WaitFor(t, 10*time.Second, "deleted volume gone", func(ctx context.Context) (bool, error) {
+		_, err := other.GetDisk(ctx, deleted)
+		return errors.Is(err, cloud.ErrNotFound), nil
+	})
 	if err := publish(deleted); status.Code(err) != codes.NotFound {
 		t.Errorf("publish of a volume deleted since it was seen: %v, want NotFound", err)
 	}
