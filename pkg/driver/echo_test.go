@@ -2,16 +2,12 @@ package driver
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
@@ -29,22 +25,7 @@ func TestErrorsEchoBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewGRPCServer(Services{Identity: NewIdentityServer("disk.csi.diskforge.io", "test", false, nil), Controller: ctrl, Node: node}, nil)
-	sock := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := Listen("unix://" + sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, srv, lis, time.Second) }()
-	t.Cleanup(func() { cancel(); <-done })
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := serveSocket(t, Services{Controller: ctrl, Node: node})
 	cc, nc := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
 
 	huge := strings.Repeat("é", 1<<19) // 1 MiB, multi-byte runes

@@ -57,22 +57,7 @@ func TestRecoverPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewGRPCServer(Services{Identity: NewIdentityServer("disk.csi.diskforge.io", "test", false, nil), Node: node}, nil)
-	sock := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := Listen("unix://" + sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, srv, lis, time.Second) }()
-	t.Cleanup(func() { cancel(); <-done })
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := csi.NewNodeClient(conn)
+	client := csi.NewNodeClient(serveSocket(t, Services{Node: node}))
 
 	req := &csi.NodeStageVolumeRequest{VolumeId: testVolumeID, StagingTargetPath: filepath.Join(t.TempDir(), "staging"),
 		VolumeCapability: mountCap("ext4", rwo)}
@@ -96,4 +81,28 @@ func TestRecoverPanic(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// serveSocket serves the services (and an identity) behind the driver's interceptors on a unix socket for the
+// test's life, and returns a client connection to it that takes messages of up to 8 MiB.
+func serveSocket(t *testing.T, s Services) *grpc.ClientConn {
+	t.Helper()
+	s.Identity = NewIdentityServer("disk.csi.diskforge.io", "test", false, nil)
+	srv := NewGRPCServer(s, nil)
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := Listen("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, srv, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
