@@ -151,9 +151,11 @@ func TestLoopBackendThroughAPI(t *testing.T) {
 	if _, err := c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: &sid}); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(env.DataDir, "snapshots", "*")); len(left) != 0 {
-		t.Errorf("snapshot files left: %v", left)
-	}
+	// The file goes on a worker, moments after the reply.
+	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot files removed", func(context.Context) (bool, error) {
+		left, err := filepath.Glob(filepath.Join(env.DataDir, "snapshots", "*"))
+		return len(left) == 0, err
+	})
 }
 
 // TestLoopDevicesSurviveRestart: fakecloud restarts while a volume is attached; the device is found again and

@@ -132,9 +132,24 @@ func TestLearnedFirstPollWithinDeadline(t *testing.T) {
 
 // TestSettledBurstLooksTwice: waits that learned a 1 s transition and start spread over 80 ms, as a burst of
 // creates is accepted, see it end with two looks: the first, due when the earliest wait's sleep ends, and one
-// a settle interval later, which serves the rest. With Initial (50 ms) after the sleep there were three.
+// a settle interval later, which serves the rest. With Initial (50 ms) after the sleep there were three, every
+// time. A loaded machine (CI runs packages side by side) can stall a wait past the settle interval and cost a
+// third look, so the burst gets three tries to show two looks.
 func TestSettledBurstLooksTwice(t *testing.T) {
-	const create, spread, waits = time.Second, 80 * time.Millisecond, 12
+	const create, spread, waits, tries = time.Second, 80 * time.Millisecond, 12, 3
+	var looks []float64
+	for range tries {
+		n := settledBurstLooks(t, create, spread, waits)
+		if n <= 2 {
+			return
+		}
+		looks = append(looks, n)
+	}
+	t.Errorf("%d waits spread over %v took %v DescribeVolumes in %d tries, want 2", waits, spread, looks, tries)
+}
+
+// settledBurstLooks runs one burst of waits that learned the create's duration and counts its DescribeVolumes.
+func settledBurstLooks(t *testing.T, create, spread time.Duration, waits int) float64 {
 	e := newTestEnv(t, fakecloudtest.Options{Durations: state.Durations{VolumeCreate: create}}, func(o *Options) {
 		o.Wait = WaitOptions{Jitter: -1}
 	})
@@ -146,14 +161,12 @@ func TestSettledBurstLooksTwice(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range waits {
 		wg.Go(func() {
-			time.Sleep(spread * time.Duration(i) / (waits - 1))
+			time.Sleep(spread * time.Duration(i) / time.Duration(waits-1))
 			if _, err := e.CreateDisk(ctx, fmt.Sprintf("burst-%d", i), cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if looks := e.calls(t)["DescribeVolumes"] - before; looks > 2 {
-		t.Errorf("%d waits spread over %v took %.0f DescribeVolumes, want 2", waits, spread, looks)
-	}
+	return e.calls(t)["DescribeVolumes"] - before
 }
