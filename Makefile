@@ -1,5 +1,10 @@
 # diskforge: a cloud-disk CSI driver and fakecloud, the EC2-compatible cloud it is tested against.
 
+# Go from PATH, else where Go's own tarball puts it: a fresh root shell lacks /usr/local/go/bin on PATH, and the
+# recipes and scripts below (hack/deps.sh, the e2e tool builds) run go by name.
+ifeq ($(shell command -v go 2>/dev/null),)
+export PATH := /usr/local/go/bin:$(PATH)
+endif
 GO      ?= go
 BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
