@@ -1,0 +1,192 @@
+package nodeimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// epoch is every entry's mtime: the same inputs give the same image digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// Image is one container image for the node's containerd: one layer of files, and how it starts.
+type Image struct {
+	// Ref is the name containerd gives it (registry/repository:tag), the one kubeadm's manifests use.
+	Ref        string
+	Entrypoint []string
+	Files      Tree
+}
+
+// WriteTar writes the layer of t as a tar stream: parent directories first, sorted, owner root, mtime 0.
+func (t Tree) WriteTar(w io.Writer) error {
+	tw := tar.NewWriter(w)
+	for _, p := range t.Paths() {
+		e, ok := t[p]
+		if !ok {
+			e = Entry{Type: Directory}
+		}
+		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), ModTime: epoch, Uname: "root", Gname: "root",
+			Format: tar.FormatPAX}
+		switch e.Type {
+		case Directory:
+			h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", tarMode(e.Mode, 0o755)
+		case Symlink:
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Link, 0o777
+		case Regular:
+			h.Typeflag, h.Mode = tar.TypeReg, tarMode(e.Mode, 0o644)
+			if err := writeRegular(tw, h, e); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// writeRegular writes a regular file's header and bytes, from e.Data or from the file e.Src.
+func writeRegular(tw *tar.Writer, h *tar.Header, e Entry) error {
+	var body io.Reader = bytes.NewReader(e.Data)
+	h.Size = int64(len(e.Data))
+	if e.Src != "" {
+		f, err := os.Open(e.Src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		h.Size, body = fi.Size(), f
+	}
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if n, err := io.Copy(tw, body); err != nil || n != h.Size {
+		return fmt.Errorf("wrote %d of %d bytes (%v)", n, h.Size, err)
+	}
+	return nil
+}
+
+// tarMode is the tar header mode of m, or def when m is zero.
+func tarMode(m fs.FileMode, def int64) int64 {
+	if m == 0 {
+		return def
+	}
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// Write builds the image and writes it to file as an OCI image-layout tarball named for `ctr images import`;
+// it returns the manifest digest.
+func (img Image) Write(file string) (string, error) {
+	var buf bytes.Buffer
+	if err := img.Files.WriteTar(&buf); err != nil {
+		return "", err
+	}
+	raw := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return "", err
+	}
+	i, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := i.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.Config.Entrypoint = img.Entrypoint
+	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cfg.Config.WorkingDir = "/"
+	if i, err = mutate.ConfigFile(i, cfg); err != nil {
+		return "", err
+	}
+	i = mutate.ConfigMediaType(mutate.MediaType(i, types.OCIManifestSchema1), types.OCIConfigJSON)
+	digest, err := i.Digest()
+	if err != nil {
+		return "", err
+	}
+	return digest.String(), writeLayout(i, img.Ref, file)
+}
+
+// writeLayout writes i as an OCI image layout in a tarball, with the annotation containerd's import names it by.
+func writeLayout(i v1.Image, ref, file string) error {
+	dir, err := os.MkdirTemp(filepath.Dir(file), ".layout-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	err = p.AppendImage(i, layout.WithAnnotations(map[string]string{
+		"io.containerd.image.name":          ref,
+		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
+	}))
+	if err != nil {
+		return err
+	}
+	t := Tree{}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		t["/"+filepath.ToSlash(rel)] = Entry{Type: Regular, Src: p}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(file, t.WriteTar)
+}
+
+// writeFileAtomic writes file through a temporary file renamed into place, so no half-written file remains.
+func writeFileAtomic(file string, write func(io.Writer) error) error {
+	tmp := file + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, file)
+}
