@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what this project needs from Debian's packages, only when something is missing, and fetches the Go
-# modules. Usage: hack/deps.sh demo|test
+# modules. Usage: hack/deps.sh demo|test|kind
+#
+# kind (make e2e-kind): with a Docker engine that answers, only what the kind script runs; otherwise podman,
+# set up to run kind's nodes as root here (see below), and debootstrap for the offline node image.
 #
 # Every program the driver, fakecloud, the tests and the scripts run is listed here with the package that ships
 # it (checked with `dpkg -S`); only Debian's Essential packages (coreutils, util-linux, findutils, grep, sed, tar,
@@ -10,17 +13,18 @@ set -euo pipefail
 
 mode=${1:-test}
 case "$mode" in
-demo | test) ;;
+demo | test) target=$mode ;;
+kind) target=e2e-kind ;;
 *)
-	echo "usage: hack/deps.sh demo|test" >&2
+	echo "usage: hack/deps.sh demo|test|kind" >&2
 	exit 2
 	;;
 esac
 
 # What no package install can fix is said first, plainly.
 if [[ $(id -u) -ne 0 ]]; then
-	echo "make $mode needs root: loop devices, mounts and mkfs. Run it as root, or with sudo keeping Go on PATH:" >&2
-	echo "  sudo env \"PATH=\$PATH\" make $mode    (sudo's secure_path would drop Go's directory)" >&2
+	echo "make $target needs root: loop devices, mounts and mkfs. Run it as root, or with sudo keeping Go on PATH:" >&2
+	echo "  sudo env \"PATH=\$PATH\" make $target    (sudo's secure_path would drop Go's directory)" >&2
 	exit 1
 fi
 if ! command -v go >/dev/null 2>&1; then
@@ -58,6 +62,19 @@ if [[ "$mode" == test ]]; then
 	)
 fi
 
+# kind drives a Docker engine when one answers (and KIND_EXPERIMENTAL_PROVIDER does not say podman), else podman,
+# which needs netavark and aardvark-dns (kind's nodes reach each other by name), iptables (netavark's firewall),
+# and debootstrap for the offline node image (hack/build-kind-node-image.sh).
+kind_podman=false
+if [[ "$mode" == kind ]]; then
+	need+=(curl:curl tar:tar)
+	if [[ ${KIND_EXPERIMENTAL_PROVIDER:-} == podman ]] || ! docker info >/dev/null 2>&1; then
+		kind_podman=true
+		need+=(podman:podman netavark:/usr/lib/podman/netavark aardvark-dns:/usr/lib/podman/aardvark-dns
+			iptables:iptables debootstrap:debootstrap)
+	fi
+fi
+
 missing=()
 for item in "${need[@]}"; do
 	pkg=${item%%:*} cmd=${item#*:}
@@ -76,6 +93,27 @@ if ((${#missing[@]})); then
 	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 	echo "installing ${missing[*]}"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	install=(-y -qq)
+	if [[ "$mode" == kind ]]; then
+		# podman's recommendations (buildah, fuse-overlayfs, slirp4netns, ...) serve rootless use, not kind's nodes.
+		install+=(--no-install-recommends)
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install "${install[@]}" "${missing[@]}" >/dev/null
+fi
+# podman asks for a larger open-files limit for every container than root may set where it lacks
+# CAP_SYS_RESOURCE ("error setting rlimit type 7: operation not permitted"): no default limits then, and the
+# containers keep the limits podman runs with. Added once to /etc/containers/containers.conf, under [containers].
+if [[ $kind_podman == true ]]; then
+	conf=/etc/containers/containers.conf
+	if ! grep -qE '^[[:space:]]*default_ulimits[[:space:]]*=' "$conf" 2>/dev/null; then
+		echo "setting default_ulimits = [] in $conf"
+		mkdir -p /etc/containers
+		touch "$conf"
+		if grep -q '^\[containers\]' "$conf"; then
+			sed -i '/^\[containers\]/a default_ulimits = []' "$conf"
+		else
+			printf '\n[containers]\ndefault_ulimits = []\n' >>"$conf"
+		fi
+	fi
 fi
 go mod download
