@@ -40,6 +40,7 @@ func ComponentImages(r Root, in Inputs) ([]Image, error) {
 			t[short] = Entry{Type: Symlink, Link: long}
 		}
 		t["/tmp"] = Entry{Type: Directory, Mode: fs.ModeSticky | 0o777}
+		t["/run"] = Entry{Type: Directory, Mode: 0o755} // iptables' lock, which kubeadm's kube-proxy mounts there
 		images = append(images, Image{Ref: ref, Entrypoint: []string{dst}, Files: t})
 		return nil
 	}
@@ -48,7 +49,8 @@ func ComponentImages(r Root, in Inputs) ([]Image, error) {
 			return nil, err
 		}
 	}
-	debs, err := r.Closure([]string{"iptables", "conntrack"})
+	// libxtables12 is named as well as found: iptables loads its match and target modules with dlopen.
+	debs, err := r.Closure([]string{"iptables", "libxtables12", "conntrack"})
 	if err != nil {
 		return nil, fmt.Errorf("kube-proxy's packages: %w", err)
 	}

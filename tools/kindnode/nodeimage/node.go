@@ -142,6 +142,10 @@ func NodeFiles(in Inputs) (Tree, error) {
 // Assemble turns the Debian root filesystem into a node's: kind's unit cleanup, then the node's files, then
 // journald told not to read the host's kernel log (kind does the same: the host's messages would confuse).
 func (r Root) Assemble(in Inputs) error {
+	t, err := NodeFiles(in) // first: a missing part fails before the root is changed
+	if err != nil {
+		return err
+	}
 	for _, pattern := range unwantedUnits {
 		// The directories before the first wildcard are resolved in the root (/lib is usr/lib); the rest is globbed.
 		dir, rest := path.Dir(pattern), path.Base(pattern) // the last element is never followed: it is removed
@@ -164,10 +168,6 @@ func (r Root) Assemble(in Inputs) error {
 				return err
 			}
 		}
-	}
-	t, err := NodeFiles(in)
-	if err != nil {
-		return err
 	}
 	if err := r.Install(t); err != nil {
 		return err

@@ -280,8 +280,9 @@ func TestAssembleNeedsEveryPart(t *testing.T) {
 // manifests run, and kube-proxy with iptables (legacy) and its libraries.
 func TestComponentImages(t *testing.T) {
 	r := fakeRoot(t, map[string][]string{
-		"iptables":  {"/usr/sbin/xtables-legacy-multi", "/usr/sbin/xtables-nft-multi"},
-		"conntrack": {"/usr/sbin/conntrack"},
+		"iptables":     {"/usr/sbin/xtables-legacy-multi", "/usr/sbin/xtables-nft-multi"},
+		"libxtables12": {"/usr/lib/x86_64-linux-gnu/xtables/libxt_comment.so"},
+		"conntrack":    {"/usr/sbin/conntrack"},
 	}, nil)
 	in := fakeInputs(t)
 	// A dynamically linked binary takes its C library from the root.
@@ -322,7 +323,8 @@ func TestComponentImages(t *testing.T) {
 		t.Errorf("kube-apiserver's /lib64 (the loader's directory): %+v", e)
 	}
 	proxy := byRef["registry.k8s.io/kube-proxy:v1.36.3"].Files
-	for _, p := range []string{"/usr/sbin/conntrack", "/usr/sbin/xtables-legacy-multi", "/usr/lib/x86_64-linux-gnu/libc.so.6"} {
+	for _, p := range []string{"/usr/sbin/conntrack", "/usr/sbin/xtables-legacy-multi", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+		"/usr/lib/x86_64-linux-gnu/xtables/libxt_comment.so"} {
 		if _, ok := proxy[p]; !ok {
 			t.Errorf("kube-proxy's image lacks %s", p)
 		}
