@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
@@ -109,7 +110,7 @@ func TestDetachReleasedButNotCommitted(t *testing.T) {
 // it due, and every call meanwhile, are answered without waiting for it.
 func TestCallsDoNotWaitForBlockIO(t *testing.T) {
 	hooks := &hookedBackend{deletes: newGate(t)}
-	clock := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock()
 	// The transition loop would wake in an hour: the first call after the clock moves finds the removal due.
 	env := fakecloudtest.Start(t, fakecloudtest.Options{WrapBackend: hooks.wrap, Clock: clock, Durations: state.Durations{VolumeDelete: time.Hour}})
 	c := env.EC2(t)
@@ -121,7 +122,7 @@ func TestCallsDoNotWaitForBlockIO(t *testing.T) {
 	if _, err := c.DeleteVolume(ctx, &ec2.DeleteVolumeInput{VolumeId: &vol}); err != nil {
 		t.Fatalf("DeleteVolume: %v", err)
 	}
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	if _, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{other}}); err != nil {
 		t.Fatalf("DescribeVolumes that found another volume's removal due: %v", err)
 	}

@@ -2,7 +2,6 @@ package fakecloud_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,34 +9,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestClientTokenOutlivesVolume: a deleted volume's ClientToken still answers that volume, in state deleted, after
 // the volume is gone (and after a restart), so a retried create cannot make a second volume; a different request
 // under the token is a mismatch; once the retention has passed the token makes a new volume.
 func TestClientTokenOutlivesVolume(t *testing.T) {
 	dir := t.TempDir()
-	clock := &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock()
 	opts := fakecloudtest.Options{DataDir: dir, Clock: clock}
 	env := fakecloudtest.Start(t, opts)
 	c := env.EC2(t)
@@ -65,13 +47,13 @@ func TestClientTokenOutlivesVolume(t *testing.T) {
 	env.Close()
 	env = fakecloudtest.Start(t, opts)
 	c = env.EC2(t)
-	clock.advance(state.DefaultClientTokenRetention - time.Second)
+	clock.Advance(state.DefaultClientTokenRetention - time.Second)
 	replay("after a restart, within the retention")
 	if out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{}); err != nil || len(out.Volumes) != 0 {
 		t.Errorf("the token's answers made volumes: %v, %v", out, err)
 	}
 
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	out := createVolume(t, c, in(1))
 	if id := aws.ToString(out.VolumeId); id == first || out.State != types.VolumeStateCreating {
 		t.Errorf("past the retention the token answered %s %s, want a new volume creating", id, out.State)

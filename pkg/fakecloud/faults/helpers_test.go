@@ -7,26 +7,6 @@ import (
 	"time"
 )
 
-// fakeClock is a settable clock for the rate-limit buckets.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // sleepRecorder records requested sleeps instead of sleeping, and honours a cancelled ctx.
 type sleepRecorder struct {
 	mu    sync.Mutex

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
@@ -97,7 +98,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := testutil.NewClock()
 			inj := mustNew(t, tt.cfg, WithClock(clock.Now))
 			for i, s := range tt.steps {
 				clock.Advance(s.advance)
@@ -110,7 +111,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestSetConfigRefillsBuckets(t *testing.T) {
-	clock := newFakeClock()
+	clock := testutil.NewClock()
 	cfg := Config{RateLimit: Limit{RequestsPerSecond: 0, Burst: 1}}
 	inj := mustNew(t, cfg, WithClock(clock.Now))
 	if got := call(t, inj, "A"); got != "ok" {
