@@ -137,3 +137,18 @@ image-docker:
 # objects), bash -n and shellcheck of the scripts. Helm is built from tools/helm into .cache/e2e-bin on first use.
 manifests:
 	bash deploy/check-manifests.sh _output/manifests
+
+# kind + fakecloud (test/e2e/kind/run.sh): a kind cluster of test/e2e/kind/kind-config.yaml's layout (a control
+# plane running fakecloud, three workers in two zones), the driver's images loaded, the kind overlay applied,
+# the scenarios S0-S8 against it, and the cluster deleted at the end (also on failure) with the machine put
+# back. With Docker: kind's own node image, `make image-docker`. Without (podman, KIND_EXPERIMENTAL_PROVIDER):
+# the node image is built offline (hack/build-kind-node-image.sh, make kind-node-image) and every image comes
+# from `make image`. E2E_KIND_ARGS go to run.sh (--keep, --skip-build, --no-test).
+.PHONY: e2e-kind kind-node-image
+E2E_KIND_ARGS ?=
+e2e-kind:
+	hack/deps.sh kind
+	test/e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+kind-node-image:
+	KIND_EXPERIMENTAL_PROVIDER=$${KIND_EXPERIMENTAL_PROVIDER:-podman} hack/build-kind-node-image.sh

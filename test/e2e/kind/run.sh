@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# The e2e scenarios on kind: creates a cluster of three workers in two zones (kind-config.yaml), builds the
-# driver and fakecloud images and loads them into it, applies the snapshot CRDs and the kind overlay
-# (fakecloud inside the cluster), registers every node with fakecloud as an instance of its zone, waits for
-# the driver, then runs the scenarios of test/e2e (test/e2e/scenarios) against the cluster's kubeconfig,
-# with fakecloud reached through a port-forward for their cloud-side checks.
+# The e2e scenarios on kind: creates a cluster of three workers in two zones (kind-config.yaml), loads the
+# driver's images into it, applies the snapshot CRDs and the kind overlay (fakecloud inside the cluster),
+# registers every node with fakecloud as an instance of its zone, waits for the driver, then runs the
+# scenarios of test/e2e (test/e2e/scenarios) against the cluster's kubeconfig, with fakecloud reached through a
+# port-forward for their cloud-side checks. At the end the cluster is deleted, also after a failure, and the
+# machine is put back as it was: the cluster's network when the run made it, loop devices of the cluster's
+# disks, and the kernel settings the nodes changed (the kubelets set vm.overcommit_memory, kernel.panic...).
 #
-# Needs a Docker engine, Go, kubectl and curl; kind is installed with `go install` when it is missing.
+# kind drives Docker, or podman with KIND_EXPERIMENTAL_PROVIDER=podman (chosen here too when no Docker engine
+# answers). With Docker the run is what a kind user expects: kind's own node image, the driver and fakecloud
+# built with `make image-docker` and loaded with `kind load docker-image`, the sidecars pulled by the nodes.
+# With podman, or KIND_OFFLINE=true, nothing is pulled: the node image is built offline
+# (hack/build-kind-node-image.sh), every image comes from `make image` (_output/images, loaded with `kind load
+# image-archive`), and the overlay is applied with the two image overrides the local e2e cluster uses (our
+# node-driver-registrar and livenessprobe, which the Go module proxy does not serve).
+#
+# Needs Go, curl and Docker or podman (hack/deps.sh kind installs what is missing, and sets podman up); kubectl
+# and kind v0.33.0 are built with Go when missing. Root for podman.
 #
 # Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test]
 #   --keep        leave the cluster running at the end (by default it is deleted, also after a failure,
 #                 once its logs are saved under .cache/kind/logs)
-#   --skip-build  use the diskforge/driver:dev and diskforge/fakecloud:dev images already in Docker
+#   --skip-build  use the images already built (Docker: diskforge/driver:dev and diskforge/fakecloud:dev;
+#                 offline: _output/images)
 #   --no-test     set the cluster up and stop there (implies --keep)
 # Environment:
+#   KIND_EXPERIMENTAL_PROVIDER  docker or podman (docker when its engine answers, else podman)
+#   KIND_OFFLINE       true: the offline node image and images (default: true with podman, false with Docker)
 #   KIND_CLUSTER_NAME  cluster name (diskforge)
-#   KIND_NODE_IMAGE    node image (kind's default for its version)
+#   KIND_NODE_IMAGE    node image (kind's default for its version; offline: the one hack/build-kind-node-image.sh builds)
 #   KIND_VERSION       kind to install when none is on PATH (v0.33.0)
 #   FAKECLOUD_PORT     local port of the port-forward to fakecloud (18787)
 #   E2E_TIMEOUT        go test -timeout (60m)
@@ -35,6 +49,7 @@ work=$root/.cache/kind
 kubeconfig=$work/kubeconfig
 driver_image=diskforge/driver:dev
 fakecloud_image=diskforge/fakecloud:dev
+images_dir=$root/_output/images
 
 keep=false
 build=true
@@ -58,67 +73,259 @@ for arg in "$@"; do
 	esac
 done
 
-log() { printf '\n=== %s\n' "$*"; }
+log() { printf '\n=== %s (%ds)\n' "$*" "$SECONDS"; }
 die() {
 	echo "error: $*" >&2
 	exit 1
 }
+# Each step's time, printed at the end.
+steps=()
+step_start=$SECONDS
+step_done() {
+	steps+=("$(printf '%-28s %5ds' "$1" $((SECONDS - step_start)))")
+	step_start=$SECONDS
+}
+
+# --- the container engine ----------------------------------------------------------------------------------
+provider=${KIND_EXPERIMENTAL_PROVIDER:-}
+if [[ -z $provider ]]; then
+	if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+		provider=docker
+	elif command -v podman >/dev/null; then
+		provider=podman
+		echo "no Docker engine answers: kind drives podman (KIND_EXPERIMENTAL_PROVIDER=podman)"
+	else
+		die "kind needs a container engine: no Docker engine answers (docker info) and podman is not installed." \
+			"Install Docker, or run hack/deps.sh kind (as root) for podman."
+	fi
+fi
+case $provider in
+docker)
+	docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed); kind needs one, or podman" \
+		"(KIND_EXPERIMENTAL_PROVIDER=podman)"
+	;;
+podman)
+	command -v podman >/dev/null || die "KIND_EXPERIMENTAL_PROVIDER=podman, but podman is not installed (hack/deps.sh kind)"
+	[[ $(id -u) -eq 0 ]] || die "kind's podman nodes run as root here (rootless podman is not set up): run as root"
+	# kind's nodes find each other by name (kubeadm join reaches <cluster>-control-plane): netavark's DNS.
+	backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null) || die "podman info failed"
+	[[ $backend == netavark ]] || die "podman uses the $backend network backend; kind's nodes need netavark and" \
+		"aardvark-dns to find each other by name (hack/deps.sh kind installs them; podman chooses netavark when" \
+		"no CNI network exists, or set network_backend = \"netavark\" in /etc/containers/containers.conf)"
+	;;
+*) die "KIND_EXPERIMENTAL_PROVIDER=$provider: this script drives docker or podman" ;;
+esac
+export KIND_EXPERIMENTAL_PROVIDER=$provider
+offline=${KIND_OFFLINE:-}
+if [[ -z $offline ]]; then
+	offline=false
+	[[ $provider == podman ]] && offline=true
+fi
+echo "kind with $provider, $([[ $offline == true ]] && echo "offline node image and images" || echo "kind's node image, images pulled")"
 
 # --- tools -------------------------------------------------------------------------------------------------
-for tool in docker go kubectl curl; do
+for tool in go curl; do
 	command -v "$tool" >/dev/null || die "$tool is needed"
 done
-docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed); kind needs one"
 mkdir -p "$work/bin"
 export PATH="$work/bin:$PATH"
 if ! command -v kind >/dev/null; then
 	log "installing kind $kind_version into $work/bin"
 	GOBIN="$work/bin" go install "sigs.k8s.io/kind@$kind_version"
 fi
+step_done "tools"
 
 # The snapshot CRDs come from the same external-snapshotter release as the snapshot-controller image.
 snapshot_version=$(awk '$NF == "registry.k8s.io/sig-storage/snapshot-controller" { getline; print $NF; exit }' "$images_file")
 [[ $snapshot_version == v* ]] || die "no snapshot-controller tag found in $images_file"
 
-# --- teardown ----------------------------------------------------------------------------------------------
+# --- the machine as it was, and teardown -------------------------------------------------------------------
+# Kernel-wide settings a privileged node may write (kernel.*, vm.*, fs.*) and the host's IP forwarding (the
+# container network turns it on), as path:value, one line each; counters and values the kernel changes itself
+# are left out.
+sysctl_snapshot() {
+	grep -rs --exclude-dir=binfmt_misc '' /proc/sys/kernel /proc/sys/vm /proc/sys/fs /proc/sys/net/ipv4/ip_forward \
+		/proc/sys/net/ipv4/conf/all/forwarding |
+		grep -Ev '^/proc/sys/(kernel/(random/|ns_last_pid|pty/nr|tainted|perf_event_max_sample_rate|sched_domain/)|fs/(dentry-state|file-nr|inode-nr|inode-state|aio-nr|binfmt_misc/|quota/)|vm/(drop_caches|stat_refresh|compact_memory))' |
+		awk -F: '{ n[$1]++; v[$1] = substr($0, length($1) + 2) } END { for (p in n) if (n[p] == 1) print p ":" v[p] }' |
+		sort
+}
+sysctls_before=$work/sysctls.before
+sysctl_snapshot >"$sysctls_before"
+# kind's known issue: each node's systemd, kubelet and pods take inotify instances, all counted against root
+# when the nodes run as root; the usual default (128) runs out with four nodes. Raised for the run (root only),
+# and put back at the end with the rest.
+if [[ $(id -u) -eq 0 && $(cat /proc/sys/fs/inotify/max_user_instances) -lt 512 ]]; then
+	echo 512 >/proc/sys/fs/inotify/max_user_instances
+fi
+# kind mounts the host's /lib/modules into every node; a kernel with everything built in may have none, and
+# podman refuses a missing mount source (Docker would make the directory and leave it). An empty one for the run.
+made_modules=false
+if [[ ! -e /lib/modules ]] && mkdir /lib/modules 2>/dev/null; then made_modules=true; fi
+network_existed=false
+"$provider" network inspect kind >/dev/null 2>&1 && network_existed=true
+mounts_before=$(findmnt -rn -o TARGET | sort)
+firewall() { if command -v iptables-save >/dev/null; then iptables-save 2>/dev/null | grep -v '^#' | sed 's/\[[0-9:]*\]$//'; fi; }
+firewall_before=$(firewall)
+
+# restore_sysctls writes back every setting that differs from before the run.
+restore_sysctls() {
+	local path old now
+	while IFS= read -r line; do
+		path=${line%%:*} old=${line#*:}
+		now=$(cat "$path" 2>/dev/null) || continue
+		if [[ $now != "$old" && -w $path ]]; then
+			if printf '%s\n' "$old" >"$path" 2>/dev/null; then
+				echo "restored ${path#/proc/sys/}: $now -> $old"
+			else
+				echo "warning: could not restore ${path#/proc/sys/} to $old (now $now)" >&2
+			fi
+		fi
+	done <"$sysctls_before"
+}
+
+# node_var_dirs prints the host directories of the nodes' /var volumes, where fakecloud keeps its disks.
+node_var_dirs() {
+	local node
+	for node in $(kind get nodes --name "$cluster" 2>/dev/null); do
+		"$provider" inspect --format '{{range .Mounts}}{{if eq .Destination "/var"}}{{.Source}}{{end}}{{end}}' "$node" 2>/dev/null || true
+	done
+}
+
+# release_loops detaches the loop devices whose backing file is in one of the directories: fakecloud's disks
+# stay bound when its node goes, as disks stay attached when a control plane stops.
+release_loops() {
+	local dev file dir
+	(($# > 0)) || return 0
+	while read -r dev file; do
+		for dir in "$@"; do
+			if [[ -n $dir && $file == "$dir"/* ]]; then
+				losetup -d "$dev" && echo "released $dev ($file)"
+			fi
+		done
+	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null)
+}
+
 pf_pid=
 cleanup() {
-	local rc=$?
+	local rc=$? left
+	set +e
 	if [[ -n $pf_pid ]]; then
-		kill "$pf_pid" 2>/dev/null || true
-		wait "$pf_pid" 2>/dev/null || true
+		kill "$pf_pid" 2>/dev/null
+		wait "$pf_pid" 2>/dev/null
 	fi
 	if ((rc != 0)) && kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 		echo "failed (exit $rc); cluster state:" >&2
-		kubectl get nodes,pods -A -o wide >&2 || true
+		kubectl get nodes,pods -A -o wide >&2
 		rm -rf "$work/logs"
-		kind export logs "$work/logs" --name "$cluster" >/dev/null 2>&1 &&
-			echo "logs of every node and pod: $work/logs" >&2
+		kind export logs "$work/logs" --name "$cluster" >/dev/null 2>&1
+		echo "logs of every node and pod: $work/logs" >&2
 	fi
 	if [[ $keep == true ]]; then
 		echo "cluster $cluster kept: export KUBECONFIG=$kubeconfig; delete it with: kind delete cluster --name $cluster"
-	elif kind get clusters 2>/dev/null | grep -qx "$cluster"; then
-		log "deleting cluster $cluster"
-		kind delete cluster --name "$cluster" || true
+	else
+		if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+			log "deleting cluster $cluster"
+			mapfile -t var_dirs < <(node_var_dirs)
+			kind delete cluster --name "$cluster"
+			release_loops "${var_dirs[@]}"
+		fi
+		if [[ $network_existed == false ]] && "$provider" network inspect kind >/dev/null 2>&1; then
+			"$provider" network rm kind >/dev/null && echo "removed the $provider network kind"
+		fi
+		[[ $(id -u) -eq 0 ]] && restore_sysctls
+		if [[ $made_modules == true ]]; then rmdir /lib/modules; fi
+		left=$(diff <(echo "$firewall_before") <(firewall) | grep '^[<>]')
+		[[ -z $left ]] || echo "warning: the host's firewall rules changed during the run:"$'\n'"$left" >&2
+		left=$("$provider" ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster")
+		[[ -z $left ]] || echo "warning: containers of $cluster left: $left" >&2
+		left=$(comm -13 <(echo "$mounts_before") <(findmnt -rn -o TARGET | sort))
+		[[ -z $left ]] || echo "warning: mounts made during the run are still there:"$'\n'"$left" >&2
+		step_done "teardown"
 	fi
+	echo
+	echo "kind e2e with $provider$([[ $offline == true ]] && echo ", offline"): exit $rc"
+	printf '  %s\n' "${steps[@]}"
+	printf '  %-28s %5ds\n' total "$SECONDS"
 	exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-# --- 1. cluster --------------------------------------------------------------------------------------------
+# --- 1. images and the node image --------------------------------------------------------------------------
+node_image=${KIND_NODE_IMAGE:-}
+if [[ $offline == true ]]; then
+	if [[ -z $node_image ]]; then
+		log "the offline node image (hack/build-kind-node-image.sh)"
+		node_image=$(hack/build-kind-node-image.sh | tail -n1)
+		step_done "node image"
+	fi
+	if [[ $build == true ]]; then
+		log "building the images (make image)"
+		make image
+		step_done "make image"
+	fi
+	[[ -f $images_dir/images.txt ]] || die "no $images_dir/images.txt: run make image (or leave out --skip-build)"
+elif [[ $build == true ]]; then
+	log "building $driver_image and $fakecloud_image"
+	make image-docker IMAGE_REPO=diskforge IMAGE_TAG=dev
+	step_done "make image-docker"
+fi
+
+# kubectl: the machine's, else the one the node image build made, else one built here.
+export PATH="$PATH:$root/.cache/kind-node/bin"
+if ! command -v kubectl >/dev/null; then
+	log "building kubectl into $work/bin (tools/kindnode/upstream/kube)"
+	(cd tools/kindnode/upstream/kube && go build -o "$work/bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
+fi
+
+# The manifests: the overlay as it is, or (offline) through a kustomization that adds the local e2e cluster's
+# two image overrides (test/e2e/cluster/deploy.go, localImages).
+manifests=$work/kind.yaml
+if [[ $offline == true ]]; then
+	wrap=$work/kustomize
+	mkdir -p "$wrap"
+	cat >"$wrap/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$wrap" "$overlay")
+images:
+  - name: registry.k8s.io/sig-storage/csi-node-driver-registrar
+    newName: diskforge/csi-node-driver-registrar
+    newTag: dev
+  - name: registry.k8s.io/sig-storage/livenessprobe
+    newName: diskforge/livenessprobe
+    newTag: dev
+EOF
+	kubectl kustomize "$wrap" >"$manifests"
+else
+	kubectl kustomize "$overlay" >"$manifests"
+fi
+
+# normalize is the name containerd gives an image reference (docker.io/ for short Docker Hub names).
+normalize() {
+	local first=${1%%/*}
+	if [[ $1 != */* ]]; then
+		echo "docker.io/library/$1"
+	elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
+		echo "docker.io/$1"
+	else
+		echo "$1"
+	fi
+}
+
+# --- 2. cluster --------------------------------------------------------------------------------------------
 if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 	log "reusing cluster $cluster"
 	kind export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig"
 else
-	log "creating cluster $cluster ($config)"
-	node_image=()
-	if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
-		node_image=(--image "$KIND_NODE_IMAGE")
-	fi
+	log "creating cluster $cluster ($config${node_image:+, $node_image})"
 	kind create cluster --name "$cluster" --config "$config" --kubeconfig "$kubeconfig" --wait 5m \
-		${node_image[@]+"${node_image[@]}"}
+		${node_image:+--image "$node_image"}
 fi
 export KUBECONFIG=$kubeconfig
+step_done "kind create cluster"
 
 # Nodes without an instance ID (a kind config of your own) get one, and a zone when they have none: the
 # node plugin needs both, and fakecloud must know the instance.
@@ -134,15 +341,26 @@ for node in $(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o n
 done
 ((n > 0)) || die "the cluster has no worker nodes"
 
-# --- 2. images ---------------------------------------------------------------------------------------------
-if [[ $build == true ]]; then
-	log "building $driver_image and $fakecloud_image"
-	make image-docker IMAGE_REPO=diskforge IMAGE_TAG=dev
-fi
+# --- 3. images into the nodes ------------------------------------------------------------------------------
 log "loading the images into $cluster"
-kind load docker-image --name "$cluster" "$driver_image" "$fakecloud_image"
+test_image=
+if [[ $offline == true ]]; then
+	# Every image the manifests name, and the scenarios' busybox, from make image's tarballs.
+	test_image=$(awk '$1 ~ /\/e2e-test-images\/busybox:/ { print $1; exit }' "$images_dir/images.txt")
+	[[ -n $test_image ]] || die "no busybox test image in $images_dir/images.txt"
+	archives=()
+	for ref in $( (awk '$1 == "image:" { print $2 }' "$manifests" | tr -d '"'; echo "$test_image") | sort -u); do
+		file=$(awk -v ref="$(normalize "$ref")" '$1 == ref { print $3 }' "$images_dir/images.txt")
+		[[ -n $file ]] || die "the manifests name $ref, which make image did not build ($images_dir/images.txt)"
+		archives+=("$images_dir/$file")
+	done
+	kind load image-archive --name "$cluster" "${archives[@]}"
+else
+	kind load docker-image --name "$cluster" "$driver_image" "$fakecloud_image"
+fi
+step_done "load images"
 
-# --- 3. snapshot CRDs (from the Go module cache; see README "kind") ----------------------------------------
+# --- 4. snapshot CRDs (from the Go module cache; see README "kind") ----------------------------------------
 log "snapshot CRDs of external-snapshotter $snapshot_version"
 crd_dir=$(cd / && go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@$snapshot_version" |
 	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/config/crd
@@ -153,9 +371,7 @@ kubectl wait --for=condition=Established --timeout=60s \
 	crd/volumesnapshotcontents.snapshot.storage.k8s.io \
 	crd/volumesnapshots.snapshot.storage.k8s.io
 
-# --- 4. fakecloud first, then its instances ----------------------------------------------------------------
-manifests=$work/kind.yaml
-kubectl kustomize "$overlay" >"$manifests"
+# --- 5. fakecloud first, then its instances ----------------------------------------------------------------
 log "fakecloud"
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
 kubectl apply -f "$manifests" -l app.kubernetes.io/component=fakecloud
@@ -184,7 +400,7 @@ while read -r node id zone; do
 done < <(kubectl get nodes -l node.diskforge.io/instance-id -o \
 	jsonpath='{range .items[*]}{.metadata.name} {.metadata.labels.node\.diskforge\.io/instance-id} {.metadata.labels.topology\.kubernetes\.io/zone}{"\n"}{end}')
 
-# --- 5. the driver -----------------------------------------------------------------------------------------
+# --- 6. the driver -----------------------------------------------------------------------------------------
 log "the driver ($overlay)"
 kubectl apply -f "$manifests"
 kubectl -n kube-system rollout status deployment/snapshot-controller --timeout=5m
@@ -201,8 +417,9 @@ for _ in $(seq 1 60); do
 done
 ((have >= want)) || die "the driver is registered on $have of $want nodes"
 kubectl get csinodes -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name,NODE-ID:.spec.drivers[*].nodeID'
+step_done "deploy and register"
 
-# --- 6. the e2e scenarios ----------------------------------------------------------------------------------
+# --- 7. the e2e scenarios ----------------------------------------------------------------------------------
 if [[ $run_tests == false ]]; then
 	log "ready: export KUBECONFIG=$kubeconfig"
 	exit 0
@@ -212,6 +429,8 @@ fi
 # kind's containers, not on this machine.
 extra=()
 read -r -a extra <<<"${E2E_ARGS:-}"
+if [[ -n $test_image ]]; then extra=("-test-image=$test_image" ${extra[@]+"${extra[@]}"}); fi
 log "e2e scenarios against $kubeconfig"
-(cd test/e2e && go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" ./scenarios/ \
+(cd test/e2e && go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" ./scenarios/ -run '^TestE2E$' \
 	-args -kubeconfig="$kubeconfig" -cloud-url="http://127.0.0.1:$port" ${extra[@]+"${extra[@]}"})
+step_done "scenarios S0-S8"
