@@ -131,7 +131,7 @@ CGO_ENABLED=0 build kindnode "${ROOT}/tools/kindnode" kindnode nodenet -- -o "${
 CGO_ENABLED=0 build pause "${ROOT}/tools/images" pause -- -o "${BIN}/pause" ./cmd/pause
 
 kind_files=$(go mod download -json "${KIND_MODULE}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/images/base/files
-[[ -x ${kind_files}/usr/local/bin/entrypoint ]] || die "kind's base image files not found at ${kind_files}"
+[[ -f ${kind_files}/usr/local/bin/entrypoint ]] || die "kind's base image files not found at ${kind_files}"
 
 # --- the Debian root filesystem --------------------------------------------------------------------------
 rootfs=${CACHE}/rootfs
@@ -169,6 +169,7 @@ else
 	"${BIN}/kindnode" -root "${WORK}" -kind-files "${kind_files}" -kube-version "${KUBE_VERSION}" \
 		-bin "${BIN},${E2E_BIN}" >&2
 	changes=(--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'ENV container=docker')
+	[[ ${ENGINE} == podman ]] && changes+=(--quiet)
 	# systemd exits on SIGRTMIN+3 (on SIGTERM it would re-execute): podman stops nodes with it at once. Docker's
 	# import takes no STOPSIGNAL, and kind removes Docker nodes with SIGKILL anyway.
 	if [[ ${ENGINE} == podman ]]; then changes+=(--change 'STOPSIGNAL SIGRTMIN+3'); fi

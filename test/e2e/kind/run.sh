@@ -144,8 +144,9 @@ snapshot_version=$(awk '$NF == "registry.k8s.io/sig-storage/snapshot-controller"
 # container network turns it on), as path:value, one line each; counters and values the kernel changes itself
 # are left out.
 sysctl_snapshot() {
-	grep -rs --exclude-dir=binfmt_misc '' /proc/sys/kernel /proc/sys/vm /proc/sys/fs /proc/sys/net/ipv4/ip_forward \
-		/proc/sys/net/ipv4/conf/all/forwarding |
+	# grep says 2 for the write-only files it cannot read; what it read is what counts.
+	{ grep -rs --exclude-dir=binfmt_misc '' /proc/sys/kernel /proc/sys/vm /proc/sys/fs /proc/sys/net/ipv4/ip_forward \
+		/proc/sys/net/ipv4/conf/all/forwarding || true; } |
 		grep -Ev '^/proc/sys/(kernel/(random/|ns_last_pid|pty/nr|tainted|perf_event_max_sample_rate|sched_domain/)|fs/(dentry-state|file-nr|inode-nr|inode-state|aio-nr|binfmt_misc/|quota/)|vm/(drop_caches|stat_refresh|compact_memory))' |
 		awk -F: '{ n[$1]++; v[$1] = substr($0, length($1) + 2) } END { for (p in n) if (n[p] == 1) print p ":" v[p] }' |
 		sort
@@ -165,7 +166,16 @@ if [[ ! -e /lib/modules ]] && mkdir /lib/modules 2>/dev/null; then made_modules=
 network_existed=false
 "$provider" network inspect kind >/dev/null 2>&1 && network_existed=true
 mounts_before=$(findmnt -rn -o TARGET | sort)
-firewall() { if command -v iptables-save >/dev/null; then iptables-save 2>/dev/null | grep -v '^#' | sed 's/\[[0-9:]*\]$//'; fi; }
+# podman keeps its containers' network namespaces in /run/netns, a mount of its own that outlives them.
+netns_existed=false
+[[ -e /run/netns ]] && netns_existed=true
+# firewall prints the host's firewall rules and chains of its own (iptables leaves the tables it once made, empty).
+firewall() {
+	if command -v iptables-save >/dev/null; then
+		{ iptables-save 2>/dev/null || true; } |
+			awk '/^\*/ { table = $1 } /^-A/ || (/^:/ && $1 !~ /^:(INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING)$/) { print table, (/^:/ ? $1 : $0) }'
+	fi
+}
 firewall_before=$(firewall)
 
 # restore_sysctls writes back every setting that differs from before the run.
@@ -206,6 +216,21 @@ release_loops() {
 	done < <(losetup -l -n -O NAME,BACK-FILE 2>/dev/null)
 }
 
+# remove_netavark_chains removes netavark's own firewall chains (and the rules that jump to them), which outlive
+# its last network, when there were none before the run.
+remove_netavark_chains() {
+	local table rule chain
+	[[ $provider == podman && $firewall_before != *NETAVARK* ]] && command -v iptables >/dev/null || return 0
+	for table in filter nat; do
+		iptables -t "$table" -S 2>/dev/null | grep -- '^-A .* -j NETAVARK' | while IFS= read -r rule; do
+			eval "iptables -t $table -D ${rule#-A }"
+		done
+		for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^NETAVARK/ { print $2 }'); do
+			iptables -t "$table" -F "$chain" && iptables -t "$table" -X "$chain"
+		done
+	done
+}
+
 pf_pid=
 cleanup() {
 	local rc=$? left
@@ -235,6 +260,11 @@ cleanup() {
 		fi
 		[[ $(id -u) -eq 0 ]] && restore_sysctls
 		if [[ $made_modules == true ]]; then rmdir /lib/modules; fi
+		remove_netavark_chains
+		if [[ $netns_existed == false && -d /run/netns && -z $(ls -A /run/netns) ]]; then
+			while findmnt /run/netns >/dev/null; do umount /run/netns || break; done
+			rmdir /run/netns
+		fi
 		left=$(diff <(echo "$firewall_before") <(firewall) | grep '^[<>]')
 		[[ -z $left ]] || echo "warning: the host's firewall rules changed during the run:"$'\n'"$left" >&2
 		left=$("$provider" ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster")
@@ -372,9 +402,20 @@ kubectl wait --for=condition=Established --timeout=60s \
 	crd/volumesnapshots.snapshot.storage.k8s.io
 
 # --- 5. fakecloud first, then its instances ----------------------------------------------------------------
+# Every object but the workloads first, fakecloud's workload with them (as the local cluster's harness does,
+# test/e2e/cluster/deploy.go): fakecloud needs the credentials Secret it shares with the driver.
 log "fakecloud"
-kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
-kubectl apply -f "$manifests" -l app.kubernetes.io/component=fakecloud
+awk -v first="$work/kind-first.yaml" -v later="$work/kind-later.yaml" '
+	function flush() {
+		if (doc == "") return
+		workload = doc ~ /(^|\n)kind: (Deployment|DaemonSet)\n/ && doc !~ /app\.kubernetes\.io\/component: fakecloud\n/
+		printf "---\n%s", doc >(workload ? later : first)
+		doc = ""
+	}
+	/^---$/ { flush(); next }
+	{ doc = doc $0 "\n" }
+	END { flush() }' "$manifests"
+kubectl apply -f "$work/kind-first.yaml"
 kubectl -n "$ns" rollout status deployment/fakecloud --timeout=3m
 
 log "registering the nodes with fakecloud"
