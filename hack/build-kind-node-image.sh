@@ -80,19 +80,24 @@ stamp() {
 }
 
 # build <name> <module dir> <outputs...> -- <go build arguments...>: go build in the module, again only when
-# its stamp (go.mod, go.sum, its .go files, the command, go version and env) changed or an output is missing.
+# its stamp (go.mod, go.sum and .go files of the module and of those in REPLACED, the local module directories
+# its go.mod replaces; the command, go version and env) changed or an output is missing.
 build() {
-	local name=$1 dir=$2 want have out missing=0
+	local name=$1 dir=$2 want have out d missing=0
 	shift 2
-	local -a outs=()
+	local -a outs=() srcs=() replaced=()
 	while [[ $1 != -- ]]; do
 		outs+=("$1")
 		shift
 	done
 	shift
-	want=$(stamp "${dir}/go.mod" "${dir}/go.sum" \
-		"$(find "${dir}" -path "${dir}/upstream" -prune -o -name '*.go' -type f -print0 | LC_ALL=C sort -z |
-			xargs -0 sha256sum)" "$*" "$(go version)" "$(go env GOOS GOARCH CGO_ENABLED CC GOFLAGS)")
+	read -ra replaced <<<"${REPLACED-}"
+	for d in "${dir}" "${replaced[@]}"; do
+		srcs+=("${d}/go.mod" "${d}/go.sum" \
+			"$(find "${d}" -path "${d}/upstream" -prune -o -name '*.go' -type f -print0 | LC_ALL=C sort -z |
+				xargs -0 sha256sum)")
+	done
+	want=$(stamp "${srcs[@]}" "$*" "$(go version)" "$(go env GOOS GOARCH CGO_ENABLED CC GOFLAGS)")
 	have=$(cat "${BIN}/${name}.stamp" 2>/dev/null || true)
 	for out in "${outs[@]}"; do [[ -x ${BIN}/${out} ]] || missing=1; done
 	if [[ ${missing} == 0 && ${want} == "${have}" ]]; then
@@ -127,7 +132,9 @@ build kube "${kube_dir}" kubeadm kubectl kube-proxy -- -ldflags="${ld# }" -o "${
 build etcd "${ROOT}/tools/kindnode/upstream/etcd" etcd -- -o "${BIN}/etcd" go.etcd.io/etcd/server/v3
 build coredns "${ROOT}/tools/kindnode/upstream/coredns" coredns -- -o "${BIN}/coredns" .
 # nodenet runs from an image of its own: static, as are kindnode and pause.
-CGO_ENABLED=0 build kindnode "${ROOT}/tools/kindnode" kindnode nodenet -- -o "${BIN}/" ./cmd/kindnode ./cmd/nodenet
+# kindnode builds with tools/images (its ociarchive package) through a replace directive.
+CGO_ENABLED=0 REPLACED="${ROOT}/tools/images" build kindnode "${ROOT}/tools/kindnode" kindnode nodenet -- -o "${BIN}/" \
+	./cmd/kindnode ./cmd/nodenet
 CGO_ENABLED=0 build pause "${ROOT}/tools/images" pause -- -o "${BIN}/pause" ./cmd/pause
 
 kind_files=$(go mod download -json "${KIND_MODULE}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/images/base/files

@@ -7,16 +7,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/diskforge/diskforge/tools/images/ociarchive"
 )
 
 // epoch is every entry's mtime: the same inputs give the same image digest.
@@ -109,9 +106,7 @@ func (img Image) Write(file string) (string, error) {
 	if err := img.Files.WriteTar(&buf); err != nil {
 		return "", err
 	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
-		tarball.WithMediaType(types.OCILayer))
+	layer, err := ociarchive.Layer(buf.Bytes())
 	if err != nil {
 		return "", err
 	}
@@ -119,74 +114,12 @@ func (img Image) Write(file string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cfg, err := i.ConfigFile()
-	if err != nil {
+	if i, err = ociarchive.Configure(i, img.Entrypoint, nil); err != nil {
 		return "", err
 	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Entrypoint = img.Entrypoint
-	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cfg.Config.WorkingDir = "/"
-	if i, err = mutate.ConfigFile(i, cfg); err != nil {
-		return "", err
-	}
-	i = mutate.ConfigMediaType(mutate.MediaType(i, types.OCIManifestSchema1), types.OCIConfigJSON)
 	digest, err := i.Digest()
 	if err != nil {
 		return "", err
 	}
-	return digest.String(), writeLayout(i, img.Ref, file)
-}
-
-// writeLayout writes i as an OCI image layout in a tarball, with the annotation containerd's import names it by.
-func writeLayout(i v1.Image, ref, file string) error {
-	dir, err := os.MkdirTemp(filepath.Dir(file), ".layout-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	err = p.AppendImage(i, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          ref,
-		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
-	}))
-	if err != nil {
-		return err
-	}
-	t := Tree{}
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		t["/"+filepath.ToSlash(rel)] = Entry{Type: Regular, Src: p}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(file, t.WriteTar)
-}
-
-// writeFileAtomic writes file through a temporary file renamed into place, so no half-written file remains.
-func writeFileAtomic(file string, write func(io.Writer) error) error {
-	tmp := file + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, file)
+	return digest.String(), ociarchive.WriteFile(i, img.Ref, file)
 }

@@ -4,19 +4,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/diskforge/diskforge/tools/images/ociarchive"
 )
 
 // caBundle is Debian's generated CA bundle (ca-certificates).
@@ -71,29 +67,19 @@ func build(s imageSpec, file string) (string, error) {
 		labels = append(labels, pkg+"="+string(out))
 	}
 	sort.Strings(labels)
-	cfg, err := img.ConfigFile()
+	imgLabels := map[string]string{"org.opencontainers.image.ref.name": s.ref}
+	if len(labels) > 0 {
+		imgLabels["io.diskforge.debian-packages"] = strings.Join(labels, " ")
+	}
+	img, err := ociarchive.Configure(img, s.entrypoint, imgLabels)
 	if err != nil {
 		return "", err
 	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Entrypoint = s.entrypoint
-	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cfg.Config.WorkingDir = "/"
-	cfg.Config.Labels = map[string]string{"org.opencontainers.image.ref.name": s.ref}
-	if len(labels) > 0 {
-		cfg.Config.Labels["io.diskforge.debian-packages"] = strings.Join(labels, " ")
-	}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return "", err
-	}
-	img = mutate.MediaType(img, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	digest, err := img.Digest()
 	if err != nil {
 		return "", err
 	}
-	return digest.String(), writeLayoutTar(img, s.ref, file)
+	return digest.String(), ociarchive.WriteFile(img, s.ref, file)
 }
 
 func busyboxPkg(s imageSpec) []string {
@@ -109,91 +95,5 @@ func newLayer(l rootfs) (v1.Layer, error) {
 	if err := l.tarball(&buf); err != nil {
 		return nil, err
 	}
-	raw := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
-		tarball.WithMediaType(types.OCILayer))
-}
-
-// writeLayoutTar writes img as an OCI image layout (named ref for containerd's import) into a tarball.
-func writeLayoutTar(img v1.Image, ref, file string) error {
-	dir, err := os.MkdirTemp(filepath.Dir(file), ".layout-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	tag := ref[strings.LastIndex(ref, ":")+1:]
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          ref,
-		"org.opencontainers.image.ref.name": tag,
-	})); err != nil {
-		return err
-	}
-	tmp := file + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := tarDir(f, dir); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, file)
-}
-
-// tarDir writes the files below dir, sorted, owner root, mtime 0.
-func tarDir(w io.Writer, dir string) error {
-	var files []string
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			rel, _ := filepath.Rel(dir, p)
-			files = append(files, rel)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	sort.Strings(files)
-	tw := tar.NewWriter(w)
-	dirs := map[string]bool{}
-	for _, rel := range files {
-		for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
-			if !dirs[d] {
-				dirs[d] = true
-			}
-		}
-	}
-	var dirList []string
-	for d := range dirs {
-		dirList = append(dirList, d)
-	}
-	sort.Strings(dirList)
-	for _, d := range dirList {
-		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch}); err != nil {
-			return err
-		}
-	}
-	for _, rel := range files {
-		raw, err := os.ReadFile(filepath.Join(dir, rel))
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(raw)), ModTime: epoch}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(raw); err != nil {
-			return err
-		}
-	}
-	return tw.Close()
+	return ociarchive.Layer(buf.Bytes())
 }
