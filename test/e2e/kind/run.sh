@@ -232,9 +232,12 @@ remove_netavark_chains() {
 }
 
 pf_pid=
+in_scenarios=false
 cleanup() {
 	local rc=$? left
 	set +e
+	# The scenarios' time is its own line also when they fail.
+	[[ $in_scenarios == true ]] && step_done "scenarios S0-S8 (failed)"
 	if [[ -n $pf_pid ]]; then
 		kill "$pf_pid" 2>/dev/null
 		wait "$pf_pid" 2>/dev/null
@@ -265,7 +268,7 @@ cleanup() {
 			while findmnt /run/netns >/dev/null; do umount /run/netns || break; done
 			rmdir /run/netns
 		fi
-		left=$(diff <(echo "$firewall_before") <(firewall) | grep '^[<>]')
+		left=$(diff <(printf '%s\n' "$firewall_before" | sed '/^$/d') <(firewall) | grep '^[<>]')
 		[[ -z $left ]] || echo "warning: the host's firewall rules changed during the run:"$'\n'"$left" >&2
 		left=$("$provider" ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster")
 		[[ -z $left ]] || echo "warning: containers of $cluster left: $left" >&2
@@ -355,6 +358,32 @@ else
 		${node_image:+--image "$node_image"}
 fi
 export KUBECONFIG=$kubeconfig
+
+# A kind node's /dev is a copy the engine made when the node started (Docker and podman alike): a loop device
+# the kernel adds later has no node there. The kubelet holds each block volume's device with `losetup -f`,
+# which takes a new loop device and fails to open it ("losetup -f ... failed: exit status 1"), so a node with
+# many block volumes cannot start its pods. Every node gets the nodes of the loop devices the host has now and
+# of 256 more; opening one the kernel has not made yet makes it.
+loop_nodes() {
+	local highest=0 step=1 n m0 m1 node
+	for n in /sys/block/loop*; do
+		n=${n##*/loop}
+		[[ $n =~ ^[0-9]+$ ]] && ((n > highest)) && highest=$n
+	done
+	# Minors are the index shifted by the loop driver's partition bits (max_part), the same for every device.
+	if [[ -r /sys/block/loop0/dev && -r /sys/block/loop1/dev ]]; then
+		m0=$(cut -d: -f2 /sys/block/loop0/dev) m1=$(cut -d: -f2 /sys/block/loop1/dev)
+		step=$((m1 - m0))
+	fi
+	for node in $(kind get nodes --name "$cluster"); do
+		# shellcheck disable=SC2016 # expanded by the node's shell, from its arguments
+		"$provider" exec "$node" sh -c 'i=0; while [ "$i" -le "$1" ]; do
+			[ -e "/dev/loop$i" ] || mknod -m 0660 "/dev/loop$i" b 7 $((i * $2)) || exit 1
+			i=$((i + 1))
+		done' sh "$((highest + 256))" "$step" || die "could not make the loop device nodes in $node"
+	done
+}
+loop_nodes
 step_done "kind create cluster"
 
 # Nodes without an instance ID (a kind config of your own) get one, and a zone when they have none: the
@@ -472,6 +501,8 @@ extra=()
 read -r -a extra <<<"${E2E_ARGS:-}"
 if [[ -n $test_image ]]; then extra=("-test-image=$test_image" ${extra[@]+"${extra[@]}"}); fi
 log "e2e scenarios against $kubeconfig"
+in_scenarios=true
 (cd test/e2e && go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" ./scenarios/ -run '^TestE2E$' \
 	-args -kubeconfig="$kubeconfig" -cloud-url="http://127.0.0.1:$port" ${extra[@]+"${extra[@]}"})
+in_scenarios=false
 step_done "scenarios S0-S8"
