@@ -67,7 +67,7 @@ fi
 # and debootstrap for the offline node image (hack/build-kind-node-image.sh).
 kind_podman=false
 if [[ "$mode" == kind ]]; then
-	need+=(curl:curl tar:tar)
+	need+=(curl:curl tar:tar mawk:awk)
 	if [[ ${KIND_EXPERIMENTAL_PROVIDER:-} == podman ]] || ! docker info >/dev/null 2>&1; then
 		kind_podman=true
 		need+=(podman:podman netavark:/usr/lib/podman/netavark aardvark-dns:/usr/lib/podman/aardvark-dns
