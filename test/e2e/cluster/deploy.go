@@ -37,38 +37,13 @@ var checkedOnly = []string{"deploy/kustomize/base", "deploy/kustomize/overlays/p
 // workload is a Deployment or DaemonSet of the overlay, awaited until its pods are ready.
 type workload struct{ kind, name, namespace string }
 
-// localImages are the kustomize image overrides the harness adds to the overlay: the registrar and liveness probe
-// the Go module proxy does not serve are replaced by ours, which take the same flags (make image builds them).
-const localImages = `
-images:
-  - name: registry.k8s.io/sig-storage/csi-node-driver-registrar
-    newName: diskforge/csi-node-driver-registrar
-    newTag: dev
-  - name: registry.k8s.io/sig-storage/livenessprobe
-    newName: diskforge/livenessprobe
-    newTag: dev
-`
+// LocalOverlay is Overlay with the image overrides of the offline clusters (its kustomization says which).
+const LocalOverlay = "test/e2e/localimages"
 
 // renderManifests builds the kustomization at dir (relative to the repository) with kustomize (the library
-// kubectl kustomize runs) and decodes every object; local adds the harness's image overrides.
-func (c *Cluster) renderManifests(dir string, local bool) ([]*unstructured.Unstructured, error) {
+// kubectl kustomize runs) and decodes every object.
+func (c *Cluster) renderManifests(dir string) ([]*unstructured.Unstructured, error) {
 	path := filepath.Join(c.opts.RepoRoot, dir)
-	if local {
-		wrap := filepath.Join(c.info.WorkDir, "kustomize")
-		if err := os.MkdirAll(wrap, 0o755); err != nil {
-			return nil, err
-		}
-		// kustomize takes only relative paths to other kustomizations.
-		rel, err := filepath.Rel(wrap, path)
-		if err != nil {
-			return nil, err
-		}
-		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel + "\n" + localImages
-		if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-			return nil, err
-		}
-		path = wrap
-	}
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), path)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
@@ -137,7 +112,7 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 		}
 	}
 	mapper.Reset()
-	objs, err := c.renderManifests(Overlay, true)
+	objs, err := c.renderManifests(LocalOverlay)
 	if err != nil {
 		return err
 	}
@@ -173,7 +148,7 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 	}
 	c.logf("applied %d objects of %s but %d workloads, which follow fakecloud", len(objs)-len(later), Overlay, len(later))
 	for _, dir := range checkedOnly {
-		objs, err := c.renderManifests(dir, false)
+		objs, err := c.renderManifests(dir)
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,8 @@ func TestRenderLocalOverlay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{opts: Options{RepoRoot: root}, info: Info{WorkDir: t.TempDir()}}
-	objs, err := c.renderManifests(Overlay, true)
+	c := &Cluster{opts: Options{RepoRoot: root}}
+	objs, err := c.renderManifests(LocalOverlay)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,26 +312,11 @@ if ! command -v kubectl >/dev/null; then
 	(cd tools/kindnode/upstream/kube && go build -o "$work/bin/kubectl" k8s.io/kubernetes/cmd/kubectl)
 fi
 
-# The manifests: the overlay as it is, or (offline) through a kustomization that adds the local e2e cluster's
-# two image overrides (test/e2e/cluster/deploy.go, localImages).
+# The manifests: the overlay as it is, or (offline) with the local e2e cluster's two image overrides
+# (test/e2e/localimages, which test/e2e/cluster deploys too).
 manifests=$work/kind.yaml
 if [[ $offline == true ]]; then
-	wrap=$work/kustomize
-	mkdir -p "$wrap"
-	cat >"$wrap/kustomization.yaml" <<EOF
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$wrap" "$overlay")
-images:
-  - name: registry.k8s.io/sig-storage/csi-node-driver-registrar
-    newName: diskforge/csi-node-driver-registrar
-    newTag: dev
-  - name: registry.k8s.io/sig-storage/livenessprobe
-    newName: diskforge/livenessprobe
-    newTag: dev
-EOF
-	kubectl kustomize "$wrap" >"$manifests"
+	kubectl kustomize test/e2e/localimages >"$manifests"
 else
 	kubectl kustomize "$overlay" >"$manifests"
 fi
