@@ -42,6 +42,7 @@ fi
 # there will do: headers count too).
 need=(
 	mount:mount mount:umount mount:losetup                 # the node's mounts; fakecloud's loop devices
+	git:git                                                # the Makefile's version stamp; the e2e's run record
 	util-linux:blkid util-linux:blockdev util-linux:fsck   # mount-utils' format detection and checks
 	e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck e2fsprogs:resize2fs e2fsprogs:dumpe2fs
 	xfsprogs:mkfs.xfs xfsprogs:xfs_growfs xfsprogs:xfs_info xfsprogs:xfs_io
