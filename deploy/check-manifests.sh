@@ -44,10 +44,38 @@ done
 
 # check_render SOURCE NAME FILE checks one rendered file; NAME (kind, provider, default: the chart's default
 # values, a cloud like provider's) selects the cloud checks.
+# doc_of KIND NAME FILE prints the document of a rendered file with that kind and name.
+doc_of() {
+	awk -v kind="kind: $1" -v name="name: $2" '
+		function flush() { if (index(buf, "\n" kind "\n") && buf ~ ("\n  " name "\n")) printf "%s", buf; buf = "\n" }
+		BEGIN { buf = "\n" } /^---/ { flush(); next } { buf = buf $0 "\n" } END { flush() }' "$3"
+}
 # node_doc prints the node DaemonSet's document of a rendered file.
-node_doc() {
-	awk 'function flush() { if (buf ~ /kind: DaemonSet/ && buf ~ /name: diskforge-node/) printf "%s", buf; buf = "" }
-		/^---/ { flush(); next } { buf = buf $0 "\n" } END { flush() }' "$1"
+node_doc() { doc_of DaemonSet diskforge-node "$1"; }
+
+# check_node_life checks what the node plugin's part in its Node's life needs (pkg/nodelife): the startup taint
+# tolerated, the shutdown wait below the grace period, the registrar's preStop hook on the driver's /prestop,
+# the RBAC of both, and the CSIDriver's period of attach limit updates.
+check_node_life() {
+	local dir=$1 file=$2 node=$3 grace wait port role
+	grep -qE -- '^[[:space:]]*- operator: Exists$|key: disk\.csi\.diskforge\.io/agent-not-ready' <<<"$node" ||
+		problem "$dir: the node DaemonSet does not tolerate the startup taint disk.csi.diskforge.io/agent-not-ready"
+	grace=$(sed -n 's/^[[:space:]]*terminationGracePeriodSeconds:[[:space:]]*\([0-9]*\)$/\1/p' <<<"$node")
+	wait=$(sed -n 's/^[[:space:]]*- --shutdown-wait=\([0-9]*\)s$/\1/p' <<<"$node")
+	if [[ -z $grace || -z $wait ]] || ((wait >= grace)); then
+		problem "$dir: the node plugin's --shutdown-wait (${wait:-unset}s) must be below terminationGracePeriodSeconds (${grace:-unset})"
+	fi
+	port=$(sed -n 's/^[[:space:]]*- --http-endpoint=0\.0\.0\.0:\([0-9]*\)$/\1/p' <<<"$node")
+	grep -A1 -- 'path: /prestop' <<<"$node" | grep -qE "^[[:space:]]*port: ${port:-none}$" ||
+		problem "$dir: no preStop hook on the driver's /prestop (port ${port:-unset}) to keep the registrar registered during the shutdown wait"
+	# The rules as one line of words, the same from kustomize's block lists and the chart's flow lists.
+	role=$(doc_of ClusterRole diskforge-node "$file" | sed -n '/^rules:/,$p' | sed 's/#.*//' | tr -s ' \n[]",-' ' ')
+	for rule in 'nodes verbs: get patch' 'csinodes verbs: get' 'volumeattachments verbs: list watch'; do
+		grep -qE -- "resources: $rule( apiGroups:|[[:space:]]*$)" <<<"$role" ||
+			problem "$dir: the node ClusterRole does not grant exactly $rule on ${rule%% *}"
+	done
+	doc_of CSIDriver disk.csi.diskforge.io "$file" | grep -qE '^  nodeAllocatableUpdatePeriodSeconds: 10$' ||
+		problem "$dir: the CSIDriver does not set nodeAllocatableUpdatePeriodSeconds: 10"
 }
 
 check_render() {
@@ -74,6 +102,7 @@ check_render() {
 	fi
 	# shellcheck disable=SC2016 # $(NODE_NAME) is for the kubelet to expand.
 	grep -qF -- '--node-name=$(NODE_NAME)' <<<"$node" || problem "$dir: the node plugin does not read its Node"
+	check_node_life "$dir" "$file" "$node"
 
 	case $name in
 	kind)

@@ -25,6 +25,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/driver"
 	"github.com/diskforge/diskforge/pkg/instancetypes"
+	"github.com/diskforge/diskforge/pkg/nodelife"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
 
@@ -44,6 +45,7 @@ type options struct {
 	maxVolumes                         int64
 	maxFormat                          int
 	stateDir                           string
+	shutdownWait                       time.Duration
 	common                             *cli.Flags
 }
 
@@ -63,6 +65,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.cloud.Endpoint, "cloud-endpoint", os.Getenv("AWS_ENDPOINT_URL_EC2"), "EC2 endpoint URL (fakecloud's, or empty for the SDK's resolution)")
 	flag.StringVar(&o.cloud.Region, "region", os.Getenv("AWS_REGION"), "cloud region (default: the SDK's configuration)")
 	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
+	flag.DurationVar(&o.cloud.AttachStuckTimeout, "attach-stuck-timeout", ec2cloud.DefaultAttachStuckTimeout, "force-detach and attach again (once per publish) an attachment still attaching after this long; 0: never")
 	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
 	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")
 	flag.StringVar(&o.node.InstanceType, "instance-type", os.Getenv("INSTANCE_TYPE"), "this node's instance type, for its volume limit (node mode)")
@@ -70,9 +73,10 @@ func parseFlags() *options {
 	flag.StringVar(&o.imdsEndpoint, "imds-endpoint", os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"), "instance metadata service URL (default: the SDK's, 169.254.169.254)")
 	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes Node to read the instance ID and zone from when the flags do not give them")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
-	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes it booted with)")
+	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes attached to it outside the driver, counted again at each NodeGetInfo)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
 	flag.StringVar(&o.stateDir, "state-dir", driver.DefaultStateDir, "where the node plugin keeps what must outlive it (unfinished mkfs runs, devices of Xen volumes); on the host")
+	flag.DurationVar(&o.shutdownWait, "shutdown-wait", 25*time.Second, "on SIGTERM while its Node is drained or shut down, how long the node plugin keeps serving until the Node holds none of the driver's VolumeAttachments; below the pod's terminationGracePeriodSeconds (0: exit at once)")
 	o.common = cli.AddFlags(flag.CommandLine, "driver")
 	flag.Parse()
 	return o
@@ -111,12 +115,13 @@ func run(o *options) error {
 		go ctrl.LearnZones(ctx)
 		services.Controller = ctrl
 	}
+	var life *nodeLife
 	if o.mode != modeController {
-		node, err := newNode(ctx, o)
+		node, l, err := newNode(ctx, o)
 		if err != nil {
 			return err
 		}
-		services.Node = node
+		services.Node, life = node, l
 	}
 	services.Identity = driver.NewIdentityServer(o.name, version.Get().Version, services.Controller != nil, nil)
 	srv := driver.NewGRPCServer(services, reg)
@@ -124,42 +129,89 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
+	// Serving outlives the signal by the node plugin's shutdown wait: kubelet may still have volumes to unstage.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		<-ctx.Done()
+		life.waitShutdown()
+		stopServing()
+	}()
 	if o.httpEndpoint != "" {
-		go serveHTTP(ctx, o.httpEndpoint, reg)
+		go serveHTTP(serveCtx, o.httpEndpoint, reg, life.prestopHandler())
 	}
 	klog.InfoS("Driver serving", "endpoint", o.endpoint, "mode", o.mode, "name", o.name)
-	return driver.Serve(ctx, srv, lis, 30*time.Second)
+	life.start(serveCtx)
+	return driver.Serve(serveCtx, srv, lis, 30*time.Second)
+}
+
+// nodeLife is the node plugin's part in its Node's life (pkg/nodelife); nil without a Kubernetes client.
+type nodeLife struct {
+	attachments *nodelife.Attachments
+	taint       *nodelife.StartupTaint
+	shutdown    *nodelife.Shutdown
+}
+
+// start watches the driver's VolumeAttachments and removes the startup taint once kubelet has registered the
+// plugin; the listener is open by then, so kubelet's calls are answered.
+func (l *nodeLife) start(ctx context.Context) {
+	if l == nil {
+		return
+	}
+	go l.attachments.Run(ctx)
+	go func() { _, _ = l.taint.Run(ctx) }()
+}
+
+func (l *nodeLife) waitShutdown() {
+	if l != nil {
+		l.shutdown.WaitAtExit(context.Background())
+	}
+}
+
+// prestopHandler serves the shutdown wait to the preStop hooks of the driver and the registrar.
+func (l *nodeLife) prestopHandler() http.Handler {
+	if l == nil {
+		return nil
+	}
+	return l.shutdown.Handler()
 }
 
 // newNode learns who the node is from flags, then its Kubernetes Node, then the instance metadata service, and its
-// volume limit from its instance type: it never calls the cloud's API, so nodes need no cloud credentials.
-func newNode(ctx context.Context, o *options) (*driver.NodeServer, error) {
+// volume limit from its instance type and the volumes attached to it: it never calls the cloud's API, so nodes
+// need no cloud credentials. With its Node known it also takes part in the Node's life (nodeLife).
+func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, error) {
 	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var fromNode []func(context.Context) (topology.NodeIdentity, error)
+	var client kubernetes.Interface
 	if o.nodeName != "" {
+		var clientErr error
+		if client, clientErr = kubeClient(o.kubeconfig); clientErr != nil {
+			client = nil // not a typed nil: no Node life without a client
+		}
 		fromNode = append(fromNode, func(ctx context.Context) (topology.NodeIdentity, error) {
-			client, err := kubeClient(o.kubeconfig)
-			if err != nil {
-				return topology.NodeIdentity{}, err
+			if clientErr != nil {
+				return topology.NodeIdentity{}, clientErr
 			}
 			return topology.NodeLabels(ctx, client, o.nodeName)
 		})
+	}
+	var md *topology.Metadata
+	if o.imds {
+		md = topology.NewMetadata(o.imdsEndpoint)
 	}
 	id, err := topology.Resolve(lookupCtx, o.node, fromNode...)
 	// Instance metadata is asked only for what flags and the Node left unknown: for the type only when its
 	// address is given, since outside EC2 the default address does not answer and the type has a fallback.
 	if o.imds && (err != nil || (id.InstanceType == "" && o.imdsEndpoint != "")) {
 		nodeErr := err
-		id, err = topology.Resolve(lookupCtx, id, func(ctx context.Context) (topology.NodeIdentity, error) {
-			return topology.FromIMDS(ctx, o.imdsEndpoint)
-		})
+		id, err = topology.Resolve(lookupCtx, id, md.Identity)
 		if err != nil && nodeErr != nil && len(fromNode) > 0 {
 			err = fmt.Errorf("%w; from the Node: %w", err, nodeErr)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name, or serve instance metadata): %w", err)
+		return nil, nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name, or serve instance metadata): %w", err)
 	}
 	limit, known := id.VolumeLimit()
 	if !known {
@@ -171,8 +223,25 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, error) {
 	}
 	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "instanceType", id.InstanceType,
 		"bootVolumes", id.BootVolumes, "maxVolumes", limit)
-	return driver.NewNodeServer(driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit,
-		MaxConcurrentFormat: o.maxFormat, StateDir: o.stateDir})
+	nodeOpts := driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit,
+		MaxConcurrentFormat: o.maxFormat, StateDir: o.stateDir}
+	var life *nodeLife
+	if client != nil {
+		attachments := nodelife.NewAttachments(client, o.name, o.nodeName)
+		life = &nodeLife{attachments: attachments,
+			taint: &nodelife.StartupTaint{Client: client, NodeName: o.nodeName, DriverName: o.name},
+			shutdown: nodelife.NewShutdown(nodelife.ShutdownOptions{Client: client, NodeName: o.nodeName,
+				Attachments: attachments, Bound: o.shutdownWait})}
+		if o.maxVolumes == 0 && md != nil {
+			typeLimit, _ := topology.TypeVolumeLimit(id.InstanceType)
+			nodeOpts.VolumeLimit = nodelife.NewLimits(nodelife.LimitOptions{TypeLimit: typeLimit, Initial: limit,
+				Attached: md.AttachedVolumes, Attachments: attachments, DeviceKey: driver.PublishDevicePath})
+		}
+	} else {
+		klog.InfoS("No Kubernetes Node (--node-name): no startup taint removal, no shutdown wait, a fixed volume limit")
+	}
+	node, err := driver.NewNodeServer(nodeOpts)
+	return node, life, err
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
@@ -189,10 +258,14 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry) {
+// serveHTTP serves /metrics, /healthz and, when prestop is set, /prestop (the node-driver-registrar's preStop hook).
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, prestop http.Handler) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if prestop != nil {
+		mux.Handle("/prestop", prestop)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

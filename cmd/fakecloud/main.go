@@ -69,6 +69,12 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&d.Modifying, "modifying-duration", d.Modifying, "time a modification spends modifying")
 	flag.DurationVar(&d.Optimizing, "optimizing-duration", d.Optimizing, "time a modification spends optimizing")
 	flag.DurationVar(&d.Snapshot, "snapshot-duration", d.Snapshot, "time a snapshot spends pending")
+	flag.DurationVar(&d.InstanceStart, "instance-start-duration", d.InstanceStart, "time a started instance spends pending")
+	flag.DurationVar(&d.InstanceStop, "instance-stop-duration", d.InstanceStop, "time a stopped instance spends stopping (StopInstances Force skips it)")
+	flag.DurationVar(&d.InstanceTerminate, "instance-terminate-duration", d.InstanceTerminate,
+		"time a terminated instance spends shutting-down (at least until its volumes are detached)")
+	flag.DurationVar(&o.cfg.Cloud.TerminatedRetention, "terminated-instance-retention", o.cfg.Cloud.TerminatedRetention,
+		"how long a terminated instance stays visible (EC2: about an hour); 0 forgets it once terminated")
 	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")
 	flag.DurationVar(&o.cfg.Cloud.ModificationWindow, "modification-window", 0, "rolling window of the modification limit (EBS: 24h)")
 	flag.DurationVar(&o.cfg.Cloud.ClientTokenRetention, "client-token-retention", o.cfg.Cloud.ClientTokenRetention,

@@ -1,7 +1,9 @@
 package cloud
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -40,7 +42,55 @@ var (
 	ErrPermissionDenied = errors.New("permission denied")
 	// ErrFailed: asynchronous work failed in the cloud (a disk in error, a failed modification or snapshot).
 	ErrFailed = errors.New("failed in the cloud")
+	// ErrInstanceGone: the instance is shutting down or terminated, or does not exist; no disk can be attached
+	// to it, and its attachments end without the caller. Errors that match it also match ErrNotFound.
+	ErrInstanceGone = errors.New("instance gone")
+	// ErrAttachmentStuck: an attachment stayed attaching past the bound, also after it was force-detached and
+	// made again. The attachment may still complete; asking again later starts over.
+	ErrAttachmentStuck = errors.New("attachment stuck attaching")
 )
+
+// AttachedElsewhereError is the answer to attaching a disk that is not Multi-Attach while it is attached (or
+// attaching, or detaching) to another instance. It matches ErrInUse. It names that instance and its state, so
+// the caller can tell a live node from a stopped or lost one, which only a detach there (or the instance's
+// end) frees.
+type AttachedElsewhereError struct {
+	VolumeID   string
+	InstanceID string
+	// AttachmentState is the attachment's state on the other instance.
+	AttachmentState string
+	// InstanceState is the other instance's state; "" when it could not be read.
+	InstanceState string
+}
+
+func (e *AttachedElsewhereError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "volume %s is attached to instance %s (attachment %s)", e.VolumeID, e.InstanceID, e.AttachmentState)
+	switch {
+	case e.InstanceState == "":
+		b.WriteString(" (instance state unknown)")
+	case IsInstanceGone(e.InstanceState):
+		fmt.Fprintf(&b, ", which is %s: the cloud detaches the volume as the instance ends", e.InstanceState)
+	case IsInstanceStopped(e.InstanceState):
+		fmt.Fprintf(&b, ", which is %s: the volume stays attached to it until it is detached there", e.InstanceState)
+	default:
+		fmt.Fprintf(&b, ", which is %s", e.InstanceState)
+	}
+	return b.String()
+}
+
+// Is matches ErrInUse.
+func (e *AttachedElsewhereError) Is(target error) bool { return target == ErrInUse }
+
+// AttachedElsewhere is the error for a disk found attached to another instance than the one asked for (a is
+// that attachment). It reads the instance's state from c for the message: one call, on this error path only.
+func AttachedElsewhere(ctx context.Context, c Cloud, a Attachment) error {
+	e := &AttachedElsewhereError{VolumeID: a.VolumeID, InstanceID: a.InstanceID, AttachmentState: a.State}
+	if in, err := c.GetInstance(ctx, a.InstanceID); err == nil {
+		e.InstanceState = in.State
+	}
+	return e
+}
 
 // Error is a failed cloud operation: which operation, the cloud's error code and message when there is one,
 // and the sentinels it matches. It unwraps to the underlying error (an SDK error for API failures).

@@ -29,6 +29,28 @@ const (
 	ModificationFailed     = "failed"
 )
 
+// Instance states, as EC2 names them.
+const (
+	InstancePending      = "pending"
+	InstanceRunning      = "running"
+	InstanceStopping     = "stopping"
+	InstanceStopped      = "stopped"
+	InstanceShuttingDown = "shutting-down"
+	InstanceTerminated   = "terminated"
+)
+
+// IsInstanceGone reports an instance state from which the instance never runs again (shutting down or
+// terminated): it holds no disk for long, and none can be attached to it.
+func IsInstanceGone(state string) bool {
+	return state == InstanceShuttingDown || state == InstanceTerminated
+}
+
+// IsInstanceStopped reports a stopped or stopping instance: its disks stay attached until detached, and a
+// stopped one accepts new attachments, which it sees when it starts.
+func IsInstanceStopped(state string) bool {
+	return state == InstanceStopping || state == InstanceStopped
+}
+
 // Snapshot states.
 const (
 	SnapshotPending   = "pending"
@@ -67,6 +89,9 @@ type Attachment struct {
 	InstanceID string
 	Device     string
 	State      string
+	// AttachTime is when the cloud began the attachment (its clock); zero when it did not say. It tells how
+	// long an attachment has been attaching, also across calls (see WaitForAttachment).
+	AttachTime time.Time
 }
 
 // DiskOptions are the parameters of a new disk.

@@ -46,11 +46,15 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		case a.InstanceID == nodeID:
 			att = &a
 		case !disk.MultiAttach:
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published to node %s", volumeID, a.InstanceID)
+			// FailedPrecondition (ErrInUse), naming the other node and its state: a stopped or lost node keeps
+			// the volume until it is unpublished there (or, for a lost one, until EC2 ends its attachments).
+			return nil, rpcError(fmt.Errorf("publish volume %s to node %s: %w", volumeID, nodeID, cloud.AttachedElsewhere(ctx, c.cloud, a)))
 		}
 	}
-	// No DescribeInstances: a node that does not exist is known from AttachVolume's answer (NotFound), and a
-	// volume already published to the node is answered from the attachment just read.
+	// No DescribeInstances: a node that does not exist, or is terminated, is known from AttachVolume's answer
+	// (NotFound: CSI's "node does not exist"), and a volume already published to the node is answered from the
+	// attachment just read. A stopped node is published to as EC2 allows: the volume is there when it starts,
+	// so its pods need not wait for another attach, and stopping is not the node's end.
 	switch {
 	case att != nil && att.State == cloud.AttachmentAttached && att.Device != "":
 		klog.V(2).InfoS("Volume already published", "volumeID", volumeID, "nodeID", nodeID, "device", att.Device)

@@ -25,12 +25,15 @@ func codeFor(err error) codes.Code {
 	// Idempotency mismatch also matches ErrAlreadyExists; both mean the name is taken by something else.
 	case errors.Is(err, cloud.ErrAlreadyExists):
 		return codes.AlreadyExists
-	case errors.Is(err, cloud.ErrNotFound):
+	// A node that is terminated or shutting down is one that does not exist, as CSI means it.
+	case errors.Is(err, cloud.ErrInstanceGone), errors.Is(err, cloud.ErrNotFound):
 		return codes.NotFound
 	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter):
 		return codes.InvalidArgument
 	case errors.Is(err, cloud.ErrOutOfRange):
 		return codes.OutOfRange
+	// An attach beyond the node's limit (EC2's AttachmentLimitExceeded, or no free device name) included: on
+	// ResourceExhausted kubelet re-reads NodeGetInfo's limit into CSINode (MutableCSINodeAllocatableCount).
 	case errors.Is(err, cloud.ErrLimitExceeded), errors.Is(err, cloud.ErrInsufficientCapacity):
 		return codes.ResourceExhausted
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
@@ -41,6 +44,11 @@ func codeFor(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, errVolumeNotAtPath):
 		return codes.NotFound
+	case errors.Is(err, cloud.ErrAttachmentStuck):
+		// The attachment may yet complete, and asking again detaches and attaches it anew: a transient
+		// failure, and one the external-attacher does not take as final (the volume may be attached, so it
+		// unpublishes before giving the volume up). Never Internal.
+		return codes.Unavailable
 	case errors.Is(err, cloud.ErrIncorrectState):
 		// The operation may succeed once the resource settles: let the sidecar retry.
 		return codes.Aborted

@@ -42,6 +42,9 @@ type NodeOptions struct {
 	Zone string
 	// MaxVolumesPerNode is the instance's attachment limit; 0 means the CO decides.
 	MaxVolumesPerNode int64
+	// VolumeLimit, when set, answers NodeGetInfo's limit on each call instead of MaxVolumesPerNode, so that the
+	// limit follows what the instance holds.
+	VolumeLimit VolumeLimiter
 	// DevDir is where device nodes are looked up and, for loop devices the container's /dev lacks, created.
 	DevDir string
 	// Sysfs finds loop devices and says what block devices are; the zero value reads /sys/block, and the
@@ -143,10 +146,21 @@ func provenBlankHolds(h host) bool {
 	return false
 }
 
-func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+// VolumeLimiter tells how many volumes the node can take now; it never fails (it answers its last good count).
+type VolumeLimiter interface {
+	MaxVolumes(context.Context) int64
+}
+
+// NodeGetInfo computes the volume limit on each call: kubelet calls it every nodeAllocatableUpdatePeriodSeconds
+// of the CSIDriver (and after an attach failed with ResourceExhausted) and updates the CSINode's count.
+func (n *NodeServer) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	limit := n.opts.MaxVolumesPerNode
+	if n.opts.VolumeLimit != nil {
+		limit = n.opts.VolumeLimit.MaxVolumes(ctx)
+	}
 	return &csi.NodeGetInfoResponse{
 		NodeId:             n.opts.InstanceID,
-		MaxVolumesPerNode:  n.opts.MaxVolumesPerNode,
+		MaxVolumesPerNode:  limit,
 		AccessibleTopology: &csi.Topology{Segments: topology.Segments(n.opts.Zone)},
 	}, nil
 }

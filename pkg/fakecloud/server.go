@@ -55,6 +55,8 @@ func DefaultCloud() state.Config {
 		Durations: state.DefaultDurations(),
 		// EC2 keeps a deleted volume's ClientToken bound for a while.
 		ClientTokenRetention: state.DefaultClientTokenRetention,
+		// EC2 shows a terminated instance for about an hour.
+		TerminatedRetention: state.DefaultTerminatedRetention,
 	}
 }
 
@@ -99,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 		_ = backend.Close()
 		return nil, err
 	}
-	s, err := state.New(cfg.Cloud, state.Options{Backend: backend, Store: st, Clock: cfg.Clock, Stuck: inj.Stuck})
+	s, err := state.New(cfg.Cloud, state.Options{Backend: backend, Store: st, Clock: cfg.Clock, Stuck: inj.Stuck, HoldNext: inj.HoldNext})
 	if err != nil {
 		_ = st.Close()
 		_ = backend.Close()

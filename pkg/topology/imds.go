@@ -9,30 +9,90 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 )
 
-// FromIMDS reads a node's identity from the EC2 instance metadata service (IMDSv2) at endpoint, or at the SDK's
-// default address when endpoint is empty: instance ID, zone and type from the identity document, and the
-// volumes of launch from the block device mappings (every ebsN entry; the root volume is not counted, as the
-// instance type's volume limit already leaves its slot out). It needs no cloud credentials.
+// maxMappings bounds the block device mappings read: more entries than any instance type has slots means the
+// answer is not an instance's, and each entry costs a request.
+const maxMappings = 256
+
+// Metadata reads the EC2 instance metadata service (IMDSv2) through one client, whose session token is reused
+// from call to call. It needs no cloud credentials.
+type Metadata struct {
+	client *imds.Client
+}
+
+// NewMetadata reads the metadata service at endpoint, or at the SDK's default address when endpoint is empty.
+func NewMetadata(endpoint string) *Metadata {
+	return &Metadata{client: imds.New(imds.Options{Endpoint: endpoint})}
+}
+
+// FromIMDS reads a node's identity from the metadata service at endpoint (see Metadata.Identity).
 func FromIMDS(ctx context.Context, endpoint string) (NodeIdentity, error) {
-	client := imds.New(imds.Options{Endpoint: endpoint})
-	doc, err := client.GetInstanceIdentityDocument(ctx, &imds.GetInstanceIdentityDocumentInput{})
+	return NewMetadata(endpoint).Identity(ctx)
+}
+
+// Identity is the instance's identity: instance ID, zone and type from the identity document, and the volumes
+// the block device mappings list besides the root volume (every ebsN entry; the instance type's volume limit
+// already leaves the root volume's slot out). EC2 lists there the volumes attached when the instance started.
+func (m *Metadata) Identity(ctx context.Context) (NodeIdentity, error) {
+	doc, err := m.client.GetInstanceIdentityDocument(ctx, &imds.GetInstanceIdentityDocumentInput{})
 	if err != nil {
 		return NodeIdentity{}, fmt.Errorf("instance metadata: identity document: %w", err)
 	}
 	id := NodeIdentity{InstanceID: doc.InstanceID, Zone: doc.AvailabilityZone, InstanceType: doc.InstanceType}
-	out, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: "block-device-mapping/"})
+	names, err := m.ebsMappings(ctx)
 	if err != nil {
-		return NodeIdentity{}, fmt.Errorf("instance metadata: block device mappings: %w", err)
+		return NodeIdentity{}, err
 	}
-	defer out.Content.Close()
-	names, err := io.ReadAll(io.LimitReader(out.Content, 64<<10))
+	id.BootVolumes = len(names)
+	return id, nil
+}
+
+// AttachedVolumes is the device names of the instance's EBS volumes besides its root volume, as the block
+// device mappings give them (e.g. "sdf" or "xvdba"). EC2 refreshes the list when the instance starts; fakecloud
+// keeps it current.
+func (m *Metadata) AttachedVolumes(ctx context.Context) ([]string, error) {
+	names, err := m.ebsMappings(ctx)
 	if err != nil {
-		return NodeIdentity{}, fmt.Errorf("instance metadata: block device mappings: %w", err)
+		return nil, err
 	}
-	for _, name := range strings.Fields(string(names)) {
+	devices := make([]string, 0, len(names))
+	for _, name := range names {
+		dev, err := m.get(ctx, "block-device-mapping/"+name)
+		if err != nil {
+			return nil, err
+		}
+		devices = append(devices, strings.TrimSpace(dev))
+	}
+	return devices, nil
+}
+
+// ebsMappings lists the ebsN entries of the block device mappings.
+func (m *Metadata) ebsMappings(ctx context.Context) ([]string, error) {
+	list, err := m.get(ctx, "block-device-mapping/")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, name := range strings.Fields(list) {
 		if strings.HasPrefix(name, "ebs") {
-			id.BootVolumes++
+			names = append(names, name)
 		}
 	}
-	return id, nil
+	if len(names) > maxMappings {
+		return nil, fmt.Errorf("instance metadata: block device mappings: %d ebs entries, more than any instance holds", len(names))
+	}
+	return names, nil
+}
+
+// get reads one metadata path (under meta-data/), at most 64 KiB of it.
+func (m *Metadata) get(ctx context.Context, path string) (string, error) {
+	out, err := m.client.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+	if err != nil {
+		return "", fmt.Errorf("instance metadata: %s: %w", path, err)
+	}
+	defer out.Content.Close()
+	body, err := io.ReadAll(io.LimitReader(out.Content, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("instance metadata: %s: %w", path, err)
+	}
+	return string(body), nil
 }

@@ -7,7 +7,8 @@ Environment: FAKECLOUD_ENDPOINT (when no argument), FAKECLOUD_INSTANCE_A / FAKEC
 two different zones), FAKECLOUD_BACKEND (loop or file: check attachments' hostDevice via /admin/volumes; unset
 skips host-side checks), POLL_TIMEOUT (seconds per wait, default 30).
 
-It expects a fakecloud with no volumes and leaves it with none. Exits non-zero on the first failed check.
+It expects a fakecloud with no volumes and leaves it with none; it stops, starts and at last terminates
+FAKECLOUD_INSTANCE_B. Exits non-zero on the first failed check.
 """
 
 import json
@@ -318,6 +319,44 @@ def main():
     expect_error("InvalidVolume.NotFound", ec2.describe_volumes, VolumeIds=[vol])
     expect_error("InvalidSnapshot.NotFound", ec2.describe_snapshots, SnapshotIds=[snap])
     eq("snapshots left", ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"], [])
+    eq("volumes left", ec2.describe_volumes()["Volumes"], [])
+
+    step(f"stop_instances / start_instances ({inst_b})")
+
+    def change(resp, key):
+        c = resp[key][0]
+        return (c["InstanceId"], c["PreviousState"]["Name"], c["PreviousState"]["Code"], c["CurrentState"]["Name"], c["CurrentState"]["Code"])
+
+    def instance(iid):
+        return ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+
+    eq("stop_instances", change(ec2.stop_instances(InstanceIds=[inst_b]), "StoppingInstances"), (inst_b, "running", 16, "stopping", 64))
+    ec2.get_waiter("instance_stopped").wait(InstanceIds=[inst_b], WaiterConfig=FAST_WAITER)
+    i = instance(inst_b)
+    eq("stopped state", (i["State"]["Name"], i["State"]["Code"]), ("stopped", 80))
+    eq("stopped state reason", i.get("StateReason", {}).get("Code"), "Client.UserInitiatedShutdown")
+    stopped = [x["InstanceId"] for r in ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["stopped"]}])["Reservations"] for x in r["Instances"]]
+    eq("instance-state-name=stopped", stopped, [inst_b])
+    eq("stop_instances(Force) of a stopped instance", change(ec2.stop_instances(InstanceIds=[inst_b], Force=True), "StoppingInstances"), (inst_b, "stopped", 80, "stopped", 80))
+    vol3 = ec2.create_volume(AvailabilityZone=zone_b, Size=1, VolumeType="gp3")["VolumeId"]
+    ec2.get_waiter("volume_available").wait(VolumeIds=[vol3], WaiterConfig=FAST_WAITER)
+    ec2.attach_volume(VolumeId=vol3, InstanceId=inst_b, Device="/dev/xvdba")
+    poll("attached to the stopped instance", lambda: volume(ec2, vol3), lambda v: [x["State"] for x in v["Attachments"]] == ["attached"])
+    ec2.modify_instance_attribute(InstanceId=inst_b, BlockDeviceMappings=[{"DeviceName": "/dev/xvdba", "Ebs": {"DeleteOnTermination": True}}])
+    eq("DeleteOnTermination", volume(ec2, vol3)["Attachments"][0]["DeleteOnTermination"], True)
+    eq("start_instances", change(ec2.start_instances(InstanceIds=[inst_b]), "StartingInstances"), (inst_b, "stopped", 80, "pending", 0))
+    ec2.get_waiter("instance_running").wait(InstanceIds=[inst_b], WaiterConfig=FAST_WAITER)
+    eq("volume after the start", volume(ec2, vol3)["Attachments"][0]["State"], "attached")
+
+    step(f"terminate_instances ({inst_b})")
+    expect_error("InvalidInstanceID.NotFound", ec2.terminate_instances, InstanceIds=["i-0badc0ffee0000000"])
+    expect_error("InvalidInstanceID.Malformed", ec2.terminate_instances, InstanceIds=["node-1"])
+    eq("terminate_instances", change(ec2.terminate_instances(InstanceIds=[inst_b]), "TerminatingInstances"), (inst_b, "running", 16, "shutting-down", 32))
+    ec2.get_waiter("instance_terminated").wait(InstanceIds=[inst_b], WaiterConfig=FAST_WAITER)
+    eq("terminated state", instance(inst_b)["State"], {"Name": "terminated", "Code": 48})
+    ec2.get_waiter("volume_deleted").wait(VolumeIds=[vol3], WaiterConfig=FAST_WAITER)
+    print(f"[boto3]   termination deleted the DeleteOnTermination volume {vol3}", flush=True)
+    expect_error("IncorrectInstanceState", ec2.start_instances, InstanceIds=[inst_b])
     eq("volumes left", ec2.describe_volumes()["Volumes"], [])
 
     print(f"[boto3] all checks passed with boto3 {boto3.__version__}", flush=True)

@@ -13,7 +13,8 @@
 #   POLL_TIMEOUT          seconds any single wait may take (default 30)
 #   CLI_EXTRA_ERRORS      1 to also check error paths that boto3_lifecycle.py covers already (slower)
 #
-# It expects a fakecloud with no volumes and leaves it with none. Exits non-zero on the first failed check.
+# It expects a fakecloud with no volumes and leaves it with none; it stops, starts and at last terminates
+# FAKECLOUD_INSTANCE_B. Exits non-zero on the first failed check.
 set -euo pipefail
 
 ENDPOINT=${1:-${FAKECLOUD_ENDPOINT:-}}
@@ -317,5 +318,40 @@ expect_eq "output of delete-snapshot" "$(ec2 delete-snapshot --snapshot-id "$SNA
 expect_eq "snapshots left" "$(ec2 describe-snapshots --owner-ids self --query 'length(Snapshots)' --output text)" 0
 poll '^0$' describe-volumes --query 'length(Volumes)' --output text >/dev/null
 expect_error InvalidVolume.NotFound describe-volumes --volume-ids "$VOL"
+
+step "stop-instances / start-instances"
+got=$(ec2 stop-instances --instance-ids "$INSTANCE_B" \
+	--query 'StoppingInstances[0].[InstanceId,PreviousState.Name,PreviousState.Code,CurrentState.Name,CurrentState.Code]' --output text)
+expect_eq "stop-instances" "$got" "$INSTANCE_B	running	16	stopping	64"
+poll '^stopped	80$' describe-instances --instance-ids "$INSTANCE_B" \
+	--query 'Reservations[0].Instances[0].[State.Name,State.Code]' --output text >/dev/null
+expect_eq "instance-state-name=stopped" "$(ec2 describe-instances --filters Name=instance-state-name,Values=stopped \
+	--query 'Reservations[].Instances[].InstanceId' --output text)" "$INSTANCE_B"
+got=$(ec2 stop-instances --force --instance-ids "$INSTANCE_B" --query 'StoppingInstances[0].[PreviousState.Name,CurrentState.Name]' --output text)
+expect_eq "stop-instances --force of a stopped instance" "$got" "stopped	stopped"
+VOL3=$(ec2 create-volume --availability-zone "$ZONE_B" --size 1 --volume-type gp3 --query VolumeId --output text)
+poll '^available$' describe-volumes --volume-ids "$VOL3" --query 'Volumes[0].State' --output text >/dev/null
+ec2 attach-volume --volume-id "$VOL3" --instance-id "$INSTANCE_B" --device /dev/xvdba >/dev/null
+poll '^in-use	attached$' describe-volumes --volume-ids "$VOL3" --query 'Volumes[0].[State,Attachments[0].State]' --output text >/dev/null
+echo "[cli]   $VOL3 attached to the stopped $INSTANCE_B"
+got=$(ec2 start-instances --instance-ids "$INSTANCE_B" --query 'StartingInstances[0].[PreviousState.Name,CurrentState.Name,CurrentState.Code]' --output text)
+expect_eq "start-instances" "$got" "stopped	pending	0"
+poll '^running	16$' describe-instances --instance-ids "$INSTANCE_B" \
+	--query 'Reservations[0].Instances[0].[State.Name,State.Code]' --output text >/dev/null
+expect_eq "volume after the start" "$(ec2 describe-volumes --volume-ids "$VOL3" --query 'Volumes[0].Attachments[0].State' --output text)" attached
+
+step "terminate-instances"
+expect_error InvalidInstanceID.NotFound terminate-instances --instance-ids i-0badc0ffee0000000
+expect_error DryRunOperation terminate-instances --dry-run --instance-ids "$INSTANCE_B"
+got=$(ec2 terminate-instances --instance-ids "$INSTANCE_B" --query 'TerminatingInstances[0].[PreviousState.Name,CurrentState.Name,CurrentState.Code]' --output text)
+expect_eq "terminate-instances" "$got" "running	shutting-down	32"
+poll '^terminated	48$' describe-instances --instance-ids "$INSTANCE_B" \
+	--query 'Reservations[0].Instances[0].[State.Name,State.Code]' --output text >/dev/null
+poll '^available	0$' describe-volumes --volume-ids "$VOL3" --query 'Volumes[0].[State,length(Attachments)]' --output text >/dev/null
+echo "[cli]   termination detached $VOL3"
+expect_error IncorrectInstanceState start-instances --instance-ids "$INSTANCE_B"
+expect_error IncorrectInstanceState attach-volume --volume-id "$VOL3" --instance-id "$INSTANCE_B" --device /dev/xvdba
+expect_eq "output of delete-volume $VOL3" "$(ec2 delete-volume --volume-id "$VOL3")" ""
+poll '^0$' describe-volumes --query 'length(Volumes)' --output text >/dev/null
 
 echo "[cli] all checks passed with $("$AWS_CLI" --version 2>&1 | cut -d' ' -f1) in ${SECONDS}s"

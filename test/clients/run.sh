@@ -124,6 +124,7 @@ start_fakecloud() {
 			--instances "$INSTANCE_A=us-east-1a,$INSTANCE_B=us-east-1b" --no-fsync \
 			--create-duration 100ms --delete-duration 100ms --attach-duration 100ms --detach-duration 100ms \
 			--modifying-duration 100ms --optimizing-duration 100ms --snapshot-duration 100ms \
+			--instance-start-duration 100ms --instance-stop-duration 100ms --instance-terminate-duration 100ms \
 			>"$FC_LOG" 2>&1 &
 		FC_PID=$!
 		deadline=$((SECONDS + 15))

@@ -72,7 +72,8 @@ func benchCycles(b *testing.B, bc benchCase) {
 	fc := fakecloudtest.Start(b, fo)
 	reg := prometheus.NewRegistry()
 	c, err := New(context.Background(), Options{Endpoint: fc.URL, Region: fc.Region,
-		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey, Registerer: reg})
+		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey, Registerer: reg,
+		AttachStuckTimeout: DefaultAttachStuckTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -39,9 +40,18 @@ type Options struct {
 	Wait  WaitOptions
 	Retry RetryOptions
 
+	// AttachStuckTimeout is how long an attachment may stay attaching before AttachDisk (or
+	// WaitForAttachment) force-detaches it and attaches again, once per call; 0 (or less) never does. The
+	// driver's flag defaults it to DefaultAttachStuckTimeout.
+	AttachStuckTimeout time.Duration
+
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }
+
+// DefaultAttachStuckTimeout is the bound after which an attachment still attaching counts as stuck: the time
+// the EBS CSI driver gives an attachment before it aborts it.
+const DefaultAttachStuckTimeout = 90 * time.Second
 
 // Cloud is the EC2 implementation of cloud.Cloud.
 type Cloud struct {
@@ -54,6 +64,8 @@ type Cloud struct {
 	devices   *deviceAllocator
 	// estimates learn how long transitions take, for the first poll of a wait.
 	estimates *durationEstimates
+	// stuckAfter is Options.AttachStuckTimeout; 0 is off.
+	stuckAfter time.Duration
 
 	// unbatched makes every wait poll on its own; benchmarks set it to measure what batching saves.
 	unbatched bool
@@ -110,7 +122,8 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 		eo.Retryer, eo.RetryMaxAttempts, eo.RetryMode = r.describe, 0, ""
 		eo.APIOptions = append(eo.APIOptions, m.addMiddleware)
 	})
-	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m}
+	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m,
+		stuckAfter: max(o.AttachStuckTimeout, 0)}
 	c.devices = newDeviceAllocator(c.describeInstanceDevices)
 	c.estimates = newDurationEstimates(4 * o.Wait.Initial)
 	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m)
@@ -119,7 +132,7 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m)
 	c.modifiers = newModifiers(c)
 	klog.V(2).InfoS("EC2 cloud configured", "region", cfg.Region, "endpoint", o.Endpoint, "clusterID", o.ClusterID,
-		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode)
+		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode, "attachStuckTimeout", c.stuckAfter)
 	return c
 }
 

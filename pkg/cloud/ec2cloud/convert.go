@@ -40,7 +40,7 @@ func toDisk(v ec2types.Volume) *cloud.Disk {
 
 func toAttachment(a ec2types.VolumeAttachment) cloud.Attachment {
 	return cloud.Attachment{VolumeID: aws.ToString(a.VolumeId), InstanceID: aws.ToString(a.InstanceId),
-		Device: aws.ToString(a.Device), State: string(a.State)}
+		Device: aws.ToString(a.Device), State: string(a.State), AttachTime: aws.ToTime(a.AttachTime)}
 }
 
 // attachmentTo finds a volume's attachment to an instance.

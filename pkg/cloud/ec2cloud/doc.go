@@ -60,6 +60,28 @@
 // There is no DescribeInstances per attach: an instance that does not exist is known from AttachVolume's own
 // InvalidInstanceID.NotFound.
 //
+// # Instances that stop or end
+//
+// Instance state is read only on error paths, never per attach or detach. AttachVolume answers for the target
+// instance: InvalidInstanceID.NotFound, or IncorrectInstanceState, after which one DescribeInstances tells a
+// terminated or shutting-down instance (ErrInstanceGone, which matches ErrNotFound) from a pending or stopping
+// one (ErrIncorrectState). A stopped instance takes attachments, as on EC2. A disk attached to another
+// instance gives a cloud.AttachedElsewhereError (ErrInUse) naming that instance and its state, read then. A
+// detach from an instance EC2 no longer knows, or that is terminated or shutting down, succeeds: EC2 ends
+// those attachments itself (one it is already detaching is waited for); a stopped instance detaches as usual.
+//
+// # Stuck attachments
+//
+// An attachment still attaching AttachStuckTimeout after it began (default 90 s, as the EBS CSI driver; 0 is
+// off) is detached by force (stuck.go), waited for until it is gone, and made again under a new device name,
+// once per AttachDisk or WaitForAttachment call, with an info log naming the volume, instance, device and how
+// long it was stuck. A second stuck attachment gives ErrAttachmentStuck and is left as it is: it may yet
+// complete. Its age is measured from the cloud's attach time when the attachment was found rather than made,
+// so the external-attacher's next call, which finds it attaching, unsticks it at once even when the
+// attacher's own timeout (60 s in our manifests) is shorter than the bound; no state is kept between calls.
+// A detach refused for an attachment stuck past the bound is made by force. The check rides on the attach
+// wait's own polls: no call is added until an attachment is stuck.
+//
 // # Modifications
 //
 // ResizeDisk and ModifyDisk go through one queue per volume (modifiers.go): requests that meet while a round

@@ -22,6 +22,7 @@ const (
 	codeInvalidParameterValue   = "InvalidParameterValue"
 	codeVolumeInUse             = "VolumeInUse"
 	codeIncorrectState          = "IncorrectState"
+	codeIncorrectInstanceState  = "IncorrectInstanceState"
 	codeIncorrectModState       = "IncorrectModificationState"
 	codeIdempotentParamMismatch = "IdempotentParameterMismatch"
 )
@@ -72,10 +73,10 @@ var codeKinds = withThrottleCodes(map[string][]error{
 	codeVolumeInUse:         {cloud.ErrInUse},
 	"InvalidSnapshot.InUse": {cloud.ErrInUse},
 
-	codeIncorrectState:       {cloud.ErrIncorrectState},
-	codeIncorrectModState:    {cloud.ErrIncorrectState},
-	"IncorrectInstanceState": {cloud.ErrIncorrectState},
-	"OperationNotPermitted":  {cloud.ErrIncorrectState},
+	codeIncorrectState:         {cloud.ErrIncorrectState},
+	codeIncorrectModState:      {cloud.ErrIncorrectState},
+	codeIncorrectInstanceState: {cloud.ErrIncorrectState},
+	"OperationNotPermitted":    {cloud.ErrIncorrectState},
 
 	// Transient failures on the cloud's side (throttle codes are added from the SDK's list in init).
 	"InternalError":           {cloud.ErrUnavailable},

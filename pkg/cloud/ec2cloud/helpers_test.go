@@ -161,7 +161,8 @@ func wantKinds(t testing.TB, err error, want ...error) {
 	}
 	all := []error{cloud.ErrNotFound, cloud.ErrAlreadyExists, cloud.ErrIdempotentParameterMismatch, cloud.ErrInvalidArgument,
 		cloud.ErrLimitExceeded, cloud.ErrZoneMismatch, cloud.ErrInUse, cloud.ErrIncorrectState, cloud.ErrUnavailable,
-		cloud.ErrThrottled, cloud.ErrPermissionDenied, cloud.ErrFailed, cloud.ErrInsufficientCapacity}
+		cloud.ErrThrottled, cloud.ErrPermissionDenied, cloud.ErrFailed, cloud.ErrInsufficientCapacity, cloud.ErrInstanceGone,
+		cloud.ErrAttachmentStuck}
 	for _, s := range all {
 		wanted := false
 		for _, w := range want {

@@ -18,7 +18,8 @@ import (
 //
 //	GET    /instances        instances and their attachments (JSON)
 //	PUT    /instances/{id}   register or update an instance: {"zone":"…","instanceType":"…","attachmentLimit":N}
-//	DELETE /instances/{id}   remove an instance, force-detaching its volumes
+//	DELETE /instances/{id}   terminate an instance (its attachments end as TerminateInstances ends them) and forget
+//	                         it at once
 //	GET    /volumes          volumes with the host block device of each attachment
 //	*      /faults           the fault injector's configuration (when faults is not nil)
 func AdminRouter(st *state.State, faults http.Handler) http.Handler {

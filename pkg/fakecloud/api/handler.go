@@ -87,6 +87,10 @@ func New(opts Options) *Handler {
 		"CreateTags":                   h.createTags,
 		"DeleteTags":                   h.deleteTags,
 		"DescribeInstances":            h.describeInstances,
+		"StartInstances":               h.startInstances,
+		"StopInstances":                h.stopInstances,
+		"TerminateInstances":           h.terminateInstances,
+		"ModifyInstanceAttribute":      h.modifyInstanceAttribute,
 		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
 		"DescribeInstanceTypes":        h.describeInstanceTypes,
 	}

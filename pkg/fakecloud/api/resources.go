@@ -88,8 +88,12 @@ func (h *Handler) deleteTags(p *params) (response, error) {
 }
 
 type instanceStateXML struct {
-	Code int    `xml:"code"`
+	Code int32  `xml:"code"`
 	Name string `xml:"name"`
+}
+
+func instanceStateOf(name string) instanceStateXML {
+	return instanceStateXML{Code: state.InstanceStateCode(name), Name: name}
 }
 
 type placementXML struct {
@@ -110,10 +114,17 @@ type blockDeviceXML struct {
 	Ebs        ebsXML `xml:"ebs"`
 }
 
+type stateReasonXML struct {
+	Code    string `xml:"code"`
+	Message string `xml:"message"`
+}
+
 type instanceXML struct {
 	InstanceID     string           `xml:"instanceId"`
 	ImageID        string           `xml:"imageId"`
 	State          instanceStateXML `xml:"instanceState"`
+	Reason         string           `xml:"reason"`
+	StateReason    *stateReasonXML  `xml:"stateReason,omitempty"`
 	InstanceType   string           `xml:"instanceType"`
 	LaunchTime     string           `xml:"launchTime"`
 	Placement      placementXML     `xml:"placement"`
@@ -146,13 +157,16 @@ func (h *Handler) describeInstances(p *params) (response, error) {
 	}
 	out := &describeInstancesResponse{NextToken: next}
 	for _, inst := range insts {
-		x := instanceXML{InstanceID: inst.ID, ImageID: "ami-fakecloud", State: instanceStateXML{Code: 16, Name: "running"},
+		x := instanceXML{InstanceID: inst.ID, ImageID: "ami-fakecloud", State: instanceStateOf(inst.State), Reason: inst.TransitionReason,
 			InstanceType: inst.InstanceType, LaunchTime: ec2Time(inst.LaunchTime),
 			Placement:      placementXML{AvailabilityZone: inst.Zone, AvailabilityZoneID: h.zoneIDs[inst.Zone], Tenancy: "default"},
 			RootDeviceType: "ebs", RootDeviceName: "/dev/xvda", Tags: tagsXML(inst.Tags)}
 		for _, a := range inst.Attachments {
 			x.BlockDevices = append(x.BlockDevices, blockDeviceXML{DeviceName: a.Device,
-				Ebs: ebsXML{VolumeID: a.VolumeID, Status: a.State, AttachTime: ec2Time(a.AttachTime)}})
+				Ebs: ebsXML{VolumeID: a.VolumeID, Status: a.State, AttachTime: ec2Time(a.AttachTime), DeleteOnTermination: a.DeleteOnTermination}})
+		}
+		if inst.StateReason != "" {
+			x.StateReason = &stateReasonXML{Code: inst.StateReason, Message: state.StateReasonMessage(inst.StateReason)}
 		}
 		out.Reservations = append(out.Reservations, reservationXML{ReservationID: "r-" + inst.ID[2:], OwnerID: h.accountID, Instances: []instanceXML{x}})
 	}

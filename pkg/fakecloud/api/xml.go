@@ -72,7 +72,8 @@ type attachmentXML struct {
 }
 
 func attachmentOf(a state.Attachment) attachmentXML {
-	return attachmentXML{VolumeID: a.VolumeID, InstanceID: a.InstanceID, Device: a.Device, Status: a.State, AttachTime: ec2Time(a.AttachTime)}
+	return attachmentXML{VolumeID: a.VolumeID, InstanceID: a.InstanceID, Device: a.Device, Status: a.State, AttachTime: ec2Time(a.AttachTime),
+		DeleteOnTermination: a.DeleteOnTermination}
 }
 
 type volumeXML struct {

@@ -62,6 +62,7 @@ const (
 	CodeSnapshotLimitExceeded         = "SnapshotLimitExceeded"
 	CodeUnsupportedOperation          = "UnsupportedOperation"
 	CodeIncorrectInstanceState        = "IncorrectInstanceState"
+	CodeInvalidInstanceAttributeValue = "InvalidInstanceAttributeValue"
 	CodeInvalidSnapshotInUse          = "InvalidSnapshot.InUse"
 	CodeInvalidParameter              = "InvalidParameter"
 	CodeUnauthorizedOperation         = "UnauthorizedOperation"

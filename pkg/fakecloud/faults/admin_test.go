@@ -77,6 +77,7 @@ func TestAdminHandler(t *testing.T) {
 	for _, bad := range []string{
 		`{"errors": {"*": {"rate": 2, "code": "InternalError"}}}`,
 		`{"stuck": ["reboot"]}`,
+		`{"stuck": ["attach:0"]}`,
 		`{"latency": {"*": 5}}`,
 		`{"latncy": {"*": "5ms"}}`,
 		`not json`,

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
@@ -46,7 +48,9 @@ type Config struct {
 	// ActionRateLimits are extra buckets per action; the AllActions entry gives every other action a bucket
 	// of its own with that limit.
 	ActionRateLimits map[string]Limit `json:"actionRateLimits,omitempty"`
-	// Stuck names transitions (Transition constants) that must not progress.
+	// Stuck names transitions (Transition constants) that must not progress. "attach:N" instead holds only the
+	// next N attachments started: each stays attaching until it is detached, and later ones proceed; the count
+	// drops as attachments take it, and the entry goes at zero.
 	Stuck []string `json:"stuck,omitempty"`
 }
 
@@ -108,14 +112,40 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("actionRateLimits: empty action name"))
 		}
 	}
-	for _, name := range c.Stuck {
-		if !KnownTransition(name) {
-			errs = append(errs, fmt.Errorf("stuck: unknown transition %q (want one of %s, %s, %s, %s, %s, %s)", name,
-				TransitionVolumeCreate, TransitionVolumeDelete, TransitionAttach, TransitionDetach,
-				TransitionModify, TransitionSnapshot))
+	counted := map[string]bool{}
+	for _, entry := range c.Stuck {
+		name, count, err := ParseStuckEntry(entry)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stuck: %w", err))
+			continue
 		}
+		if count > 0 && counted[name] {
+			errs = append(errs, fmt.Errorf("stuck: %s has two counts", name))
+		}
+		counted[name] = counted[name] || count > 0
 	}
 	return errors.Join(errs...)
+}
+
+// ParseStuckEntry parses one Stuck entry: a Transition name, which holds every such transition, or "attach:N"
+// (N ≥ 1), which holds the next N attachments started; count is 0 for the plain form.
+func ParseStuckEntry(entry string) (name string, count int, err error) {
+	name, rawCount, counted := strings.Cut(entry, ":")
+	if !KnownTransition(name) {
+		return "", 0, fmt.Errorf("unknown transition %q (want one of %s, %s, %s, %s, %s, %s, or %s:COUNT)", name,
+			TransitionVolumeCreate, TransitionVolumeDelete, TransitionAttach, TransitionDetach,
+			TransitionModify, TransitionSnapshot, TransitionAttach)
+	}
+	if !counted {
+		return name, 0, nil
+	}
+	if name != TransitionAttach {
+		return "", 0, fmt.Errorf("%q: only %s takes a count", entry, TransitionAttach)
+	}
+	if count, err = strconv.Atoi(rawCount); err != nil || count < 1 {
+		return "", 0, fmt.Errorf("%q: the count must be a whole number from 1", entry)
+	}
+	return name, count, nil
 }
 
 func (f ErrorFault) validate() error {

@@ -118,7 +118,8 @@ func (i *Injector) After(action string) error {
 	return i.errorFault(action, false)
 }
 
-// Stuck reports whether the named transition (a Transition constant) must not progress.
+// Stuck reports whether the named transition (a Transition constant) must not progress: a plain entry holds
+// every one, now and until the entry is lifted.
 func (i *Injector) Stuck(transition string) bool {
 	if i == nil {
 		return false
@@ -126,4 +127,28 @@ func (i *Injector) Stuck(transition string) bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return slices.Contains(i.cfg.Stuck, transition)
+}
+
+// HoldNext takes one hold from a counted entry (attach:N) for a transition starting now: true means the caller
+// must hold that one transition for good (an attachment stays attaching until it is detached). The entry's count
+// drops by one and the entry goes at zero, so GET on the admin endpoint shows what is left.
+func (i *Injector) HoldNext(transition string) bool {
+	if i == nil {
+		return false
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for k, entry := range i.cfg.Stuck {
+		name, count, err := ParseStuckEntry(entry)
+		if err != nil || name != transition || count == 0 {
+			continue
+		}
+		if count == 1 {
+			i.cfg.Stuck = slices.Delete(i.cfg.Stuck, k, k+1)
+		} else {
+			i.cfg.Stuck[k] = fmt.Sprintf("%s:%d", name, count-1)
+		}
+		return true
+	}
+	return false
 }

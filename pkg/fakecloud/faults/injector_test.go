@@ -190,6 +190,53 @@ func TestStuck(t *testing.T) {
 	}
 }
 
+// TestHoldNext pins the two forms of the attach fault: the plain one holds every attach transition while it is set
+// and takes no count; attach:N gives exactly N holds, shows what is left, and then goes.
+func TestHoldNext(t *testing.T) {
+	tests := []struct {
+		name      string
+		stuck     []string
+		holds     []bool // HoldNext(attach) on successive attachments
+		stuckNow  bool   // Stuck(attach) throughout
+		remaining []string
+	}{
+		{"plain", []string{"attach"}, []bool{false, false}, true, []string{"attach"}},
+		{"count 1", []string{"attach:1"}, []bool{true, false, false}, false, nil},
+		{"count 2", []string{"attach:2"}, []bool{true, true, false}, false, nil},
+		{"count beside plain detach", []string{"detach", "attach:1"}, []bool{true, false}, false, []string{"detach"}},
+		{"plain and count", []string{"attach", "attach:1"}, []bool{true, false}, true, []string{"attach"}},
+		{"none", nil, []bool{false}, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inj := mustNew(t, Config{Stuck: tt.stuck})
+			for i, want := range tt.holds {
+				if got := inj.HoldNext(TransitionAttach); got != want {
+					t.Errorf("HoldNext #%d = %v, want %v", i+1, got, want)
+				}
+				if got := inj.Stuck(TransitionAttach); got != tt.stuckNow {
+					t.Errorf("Stuck(attach) after #%d = %v, want %v", i+1, got, tt.stuckNow)
+				}
+				if inj.HoldNext(TransitionDetach) {
+					t.Error("HoldNext(detach) took a hold")
+				}
+			}
+			if got := inj.Config().Stuck; !slices.Equal(got, tt.remaining) {
+				t.Errorf("stuck left %q, want %q", got, tt.remaining)
+			}
+		})
+	}
+	inj := mustNew(t, Config{Stuck: []string{"attach:3"}})
+	inj.HoldNext(TransitionAttach)
+	if got := inj.Config().Stuck; !slices.Equal(got, []string{"attach:2"}) {
+		t.Errorf("after one hold of attach:3 the config shows %q", got)
+	}
+	var nilInj *Injector
+	if nilInj.HoldNext(TransitionAttach) {
+		t.Error("nil injector took a hold")
+	}
+}
+
 func TestSetConfigValidation(t *testing.T) {
 	tests := []struct {
 		name string

@@ -14,10 +14,12 @@ import (
 //	--fault-error=AttachVolume=0.2:InternalError,CreateVolume=1:RequestLimitExceeded:2:before
 //	--fault-rate-limit=50/100,CreateVolume=1/5
 //	--fault-stuck=attach,detach
+//	--fault-stuck=attach:1
 //
 // An error entry is ACTION=RATE:CODE followed by optional :COUNT (failures to inject, 0 = unlimited) and
 // :before or :after (default after). A rate-limit entry is RPS/BURST for the shared bucket or
-// ACTION=RPS/BURST for an action's own bucket.
+// ACTION=RPS/BURST for an action's own bucket. A stuck entry is a transition, held every time, or attach:COUNT,
+// which holds only the next COUNT attachments started (each until it is detached).
 type Spec struct {
 	Latency   string
 	Errors    string
@@ -33,7 +35,7 @@ func (s *Spec) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.RateLimit, "fault-rate-limit", s.RateLimit,
 		"token buckets RPS/BURST (shared) and ACTION=RPS/BURST, e.g. 50/100")
 	fs.StringVar(&s.Stuck, "fault-stuck", s.Stuck,
-		"transitions that never progress: volume-create,volume-delete,attach,detach,modify,snapshot")
+		"transitions that never progress: volume-create,volume-delete,attach,detach,modify,snapshot; attach:N holds only the next N attachments (each until detached)")
 }
 
 // Config parses and validates every field of s.
@@ -139,12 +141,12 @@ func parseLimit(v string) (Limit, error) {
 	return l, l.validate()
 }
 
-// ParseStuck parses a comma-separated list of Transition names.
+// ParseStuck parses a comma-separated list of Transition names and attach:COUNT entries.
 func ParseStuck(spec string) ([]string, error) {
 	list := splitList(spec)
-	for _, name := range list {
-		if !KnownTransition(name) {
-			return nil, fmt.Errorf("fault-stuck: unknown transition %q", name)
+	for _, entry := range list {
+		if _, _, err := ParseStuckEntry(entry); err != nil {
+			return nil, fmt.Errorf("fault-stuck: %w", err)
 		}
 	}
 	return list, nil

@@ -53,6 +53,11 @@ func TestSpecConfig(t *testing.T) {
 		{"rate limit negative", Spec{RateLimit: "-1/5"}, Config{}, false},
 		{"rate limit shared twice", Spec{RateLimit: "50/100,10/10"}, Config{}, false},
 		{"stuck unknown", Spec{Stuck: "attach,reboot"}, Config{}, false},
+		{"stuck counted", Spec{Stuck: "attach:2,detach"}, Config{Stuck: []string{"attach:2", "detach"}}, true},
+		{"stuck count of another transition", Spec{Stuck: "detach:1"}, Config{}, false},
+		{"stuck count zero", Spec{Stuck: "attach:0"}, Config{}, false},
+		{"stuck count not a number", Spec{Stuck: "attach:once"}, Config{}, false},
+		{"stuck two counts", Spec{Stuck: "attach:1,attach:2"}, Config{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,12 @@
 // EC2 serves metadata at a link-local address seen from inside each instance; here each instance gets a listener
 // of its own (the SDK's imds client replaces the request path with its own, so instances cannot share one
 // address under different path prefixes).
+//
+// meta-data/block-device-mapping/ lists ami, root and one ebsN per volume attached to the instance. EC2 refreshes
+// that list only when the instance starts, so volumes attached since are missing from it there; fakecloud keeps it
+// live instead: every attachment that holds one of the instance's slots (attaching, attached, detaching or busy)
+// is an ebsN, numbered from 1 in order of attachment, answering its device name without /dev/ ("xvdba"), as EC2
+// answers ebsN. A node plugin can count these entries to learn how many volumes the instance holds.
 package imds
 
 import (
@@ -12,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,14 +190,21 @@ type identityDocument struct {
 // imageID is the one image every fakecloud instance runs.
 const imageID = "ami-00000000000000000"
 
-// document answers one metadata path. Block device mappings are those of launch: the root volume only, since
-// fakecloud instances boot with no other volume; volumes attached later are not listed, as on EC2.
+// document answers one metadata path.
 func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	zoneID := ""
 	for _, z := range h.src.Zones() {
 		if z.Name == v.Zone {
 			zoneID = z.ID
 		}
+	}
+	if n, ok := strings.CutPrefix(path, "meta-data/block-device-mapping/ebs"); ok {
+		i, err := strconv.Atoi(n)
+		devices := ebsDevices(v)
+		if err != nil || n != strconv.Itoa(i) || i < 1 || i > len(devices) {
+			return "", false
+		}
+		return devices[i-1], true
 	}
 	switch path {
 	case "meta-data", "meta-data/":
@@ -210,7 +224,11 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	case "meta-data/placement/region":
 		return h.src.Region(), true
 	case "meta-data/block-device-mapping", "meta-data/block-device-mapping/":
-		return "ami\nroot", true
+		names := []string{"ami"}
+		for i := range ebsDevices(v) {
+			names = append(names, "ebs"+strconv.Itoa(i+1))
+		}
+		return strings.Join(append(names, "root"), "\n"), true
 	case "meta-data/block-device-mapping/ami", "meta-data/block-device-mapping/root":
 		return RootDevice, true
 	case "dynamic/instance-identity/document":
@@ -220,4 +238,20 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 		return string(doc), err == nil
 	}
 	return "", false
+}
+
+// ebsDevices are the device names (without /dev/) of the volumes attached to the instance, in order of attachment.
+func ebsDevices(v state.InstanceView) []string {
+	atts := slices.Clone(v.Attachments)
+	slices.SortStableFunc(atts, func(a, b state.Attachment) int {
+		if c := a.AttachTime.Compare(b.AttachTime); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Device, b.Device)
+	})
+	out := make([]string, len(atts))
+	for i, a := range atts {
+		out[i] = strings.TrimPrefix(a.Device, "/dev/")
+	}
+	return out
 }

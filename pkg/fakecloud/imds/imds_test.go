@@ -7,8 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
@@ -122,5 +126,81 @@ func TestProtocol(t *testing.T) {
 		if code, body := do(tc.method, tc.url, tc.hdr); code != tc.want {
 			t.Errorf("%s: %d %q, want %d", tc.name, code, strings.TrimSpace(body), tc.want)
 		}
+	}
+}
+
+// TestBlockDeviceMapping: block-device-mapping/ follows the instance's attachments live (EC2 refreshes it at each
+// start): ami, one ebsN per attached volume answering its device name without /dev/, and root.
+func TestBlockDeviceMapping(t *testing.T) {
+	e := startCloud(t)
+	ctx := context.Background()
+	c := e.EC2(t)
+	meta := imds.New(imds.Options{Endpoint: e.IMDS(t, fakecloudtest.InstanceA)})
+	other := imds.New(imds.Options{Endpoint: e.IMDS(t, fakecloudtest.InstanceB)})
+	get := func(client *imds.Client, path string) (string, int) {
+		t.Helper()
+		out, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+		var re *smithyhttp.ResponseError
+		if errors.As(err, &re) {
+			return "", re.HTTPStatusCode()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, _ := io.ReadAll(out.Content)
+		return string(body), http.StatusOK
+	}
+	volume := func() string {
+		out, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String("us-east-1a"), Size: aws.Int32(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(out.VolumeId)
+	}
+	waitVolume := func(id string, want types.VolumeState) {
+		fakecloudtest.WaitFor(t, 10*time.Second, string(want)+" "+id, func(ctx context.Context) (bool, error) {
+			out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{id}})
+			return err == nil && out.Volumes[0].State == want && (want != types.VolumeStateInUse ||
+				out.Volumes[0].Attachments[0].State == types.VolumeAttachmentStateAttached), err
+		})
+	}
+	attach := func(id, device string) {
+		waitVolume(id, types.VolumeStateAvailable)
+		if _, err := c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: &id, InstanceId: aws.String(fakecloudtest.InstanceA), Device: &device}); err != nil {
+			t.Fatal(err)
+		}
+		waitVolume(id, types.VolumeStateInUse)
+	}
+	first, second := volume(), volume()
+	attach(first, "/dev/xvdba")
+	attach(second, "/dev/sdf")
+	for _, tc := range []struct {
+		client     *imds.Client
+		path, want string
+		status     int
+	}{
+		{meta, "block-device-mapping/", "ami\nebs1\nebs2\nroot", http.StatusOK},
+		{meta, "block-device-mapping/ebs1", "xvdba", http.StatusOK},
+		{meta, "block-device-mapping/ebs2", "sdf", http.StatusOK},
+		{meta, "block-device-mapping/root", "/dev/xvda", http.StatusOK},
+		{meta, "block-device-mapping/ebs3", "", http.StatusNotFound},
+		{meta, "block-device-mapping/ebs0", "", http.StatusNotFound},
+		{meta, "block-device-mapping/ebs01", "", http.StatusNotFound},
+		{meta, "block-device-mapping/ebs", "", http.StatusNotFound},
+		{other, "block-device-mapping/", "ami\nroot", http.StatusOK},
+	} {
+		if got, status := get(tc.client, tc.path); got != tc.want || status != tc.status {
+			t.Errorf("%s = %d %q, want %d %q", tc.path, status, got, tc.status, tc.want)
+		}
+	}
+	if _, err := c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: &first}); err != nil {
+		t.Fatal(err)
+	}
+	waitVolume(first, types.VolumeStateAvailable)
+	if got, _ := get(meta, "block-device-mapping/"); got != "ami\nebs1\nroot" {
+		t.Errorf("after a detach: %q", got)
+	}
+	if got, _ := get(meta, "block-device-mapping/ebs1"); got != "sdf" {
+		t.Errorf("after a detach ebs1 = %q, want sdf", got)
 	}
 }

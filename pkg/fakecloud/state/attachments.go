@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
@@ -45,6 +47,9 @@ func (s *State) AttachVolume(in AttachInput) (Attachment, error) {
 		}
 		a := Attachment{VolumeID: v.ID, InstanceID: inst.ID, Device: in.Device, State: AttachAttaching,
 			AttachTime: now, DueAt: now.Add(s.cfg.Durations.Attach)}
+		if a.Held = s.hold(TransitionAttach); a.Held {
+			klog.InfoS("Attachment held attaching by a stuck fault until it is detached", "volumeID", v.ID, "instanceID", inst.ID, "device", in.Device)
+		}
 		v.Attachments = append(v.Attachments, a)
 		v.State = VolumeInUse
 		s.markDirty(kindVolume, v.ID)
@@ -56,6 +61,9 @@ func (s *State) AttachVolume(in AttachInput) (Attachment, error) {
 }
 
 func (s *State) checkAttach(v *Volume, inst *Instance, device string) error {
+	if err := attachable(inst); err != nil {
+		return err
+	}
 	if v.Zone != inst.Zone {
 		return ec2err.New(ec2err.CodeInvalidVolumeZoneMismatch,
 			"The volume '%s' is not in the same availability zone as instance '%s'", v.ID, inst.ID)

@@ -16,6 +16,10 @@ type Durations struct {
 	Modifying    time.Duration `json:"modifying"`
 	Optimizing   time.Duration `json:"optimizing"`
 	Snapshot     time.Duration `json:"snapshot"`
+	// Instance transitions: pending → running, stopping → stopped, shutting-down → terminated.
+	InstanceStart     time.Duration `json:"instanceStart"`
+	InstanceStop      time.Duration `json:"instanceStop"`
+	InstanceTerminate time.Duration `json:"instanceTerminate"`
 }
 
 // DefaultDurations are short, like a fast cloud on a good day.
@@ -28,6 +32,10 @@ func DefaultDurations() Durations {
 		Modifying:    500 * time.Millisecond,
 		Optimizing:   time.Second,
 		Snapshot:     time.Second,
+
+		InstanceStart:     500 * time.Millisecond,
+		InstanceStop:      500 * time.Millisecond,
+		InstanceTerminate: 500 * time.Millisecond,
 	}
 }
 
@@ -54,7 +62,13 @@ type Config struct {
 	// ClientTokenRetention is how long a deleted volume's ClientToken still answers that volume (tokens.go); 0
 	// forgets it with the volume.
 	ClientTokenRetention time.Duration
+	// TerminatedRetention is how long a terminated instance stays visible (DescribeInstances, in state
+	// terminated) before it vanishes; 0 forgets it once terminated.
+	TerminatedRetention time.Duration
 }
+
+// DefaultTerminatedRetention is EC2's: a terminated instance stays visible for about an hour.
+const DefaultTerminatedRetention = time.Hour
 
 // DefaultClientTokenRetention keeps tokens a day: EC2's retention is not documented, and its idempotency
 // tokens are commonly said to hold for hours at least.
@@ -78,6 +92,9 @@ func (c *Config) validate() error {
 	}
 	if c.ClientTokenRetention < 0 {
 		return fmt.Errorf("a negative client token retention")
+	}
+	if c.TerminatedRetention < 0 {
+		return fmt.Errorf("a negative terminated instance retention")
 	}
 	for _, in := range c.Instances {
 		if !c.hasZone(in.Zone) {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ func (s *State) instance(id string) (*Instance, error) {
 }
 
 func (s *State) putInstance(spec InstanceSpec) *Instance {
-	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, AttachmentLimit: spec.AttachmentLimit, LaunchTime: s.clock.Now()}
+	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, AttachmentLimit: spec.AttachmentLimit,
+		LaunchTime: s.clock.Now(), State: InstanceRunning}
 	if in.InstanceType == "" {
 		in.InstanceType = DefaultInstanceType
 	}
@@ -47,7 +49,8 @@ func (s *State) putInstance(spec InstanceSpec) *Instance {
 	return in
 }
 
-// RegisterInstance adds (or updates) an instance at run time: a node joining a test cluster.
+// RegisterInstance adds (or updates) an instance at run time: a node joining a test cluster. An instance that
+// is alive keeps its state, launch time and tags; one being terminated (or terminated) is launched afresh.
 func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
 	var out Instance
 	err := s.mutate(func(time.Time) error {
@@ -60,35 +63,34 @@ func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
 		if err := checkInstanceType(spec.InstanceType); err != nil {
 			return err
 		}
-		if old, ok := s.instances[spec.ID]; ok && old.Zone != spec.Zone && len(s.attachmentsOf(spec.ID)) > 0 {
+		old, exists := s.instances[spec.ID]
+		if exists && old.Zone != spec.Zone && len(s.attachmentsOf(spec.ID)) > 0 {
 			return ec2err.New(ec2err.CodeIncorrectInstanceState, "Instance %s has volumes attached and cannot move to zone %s", spec.ID, spec.Zone)
 		}
-		out = *s.putInstance(spec)
-		klog.InfoS("Instance registered", "instanceID", spec.ID, "zone", spec.Zone, "attachmentLimit", out.AttachmentLimit)
+		in := s.putInstance(spec)
+		if exists && attachable(old) == nil {
+			in.LaunchTime, in.Tags = old.LaunchTime, old.Tags
+			in.State, in.DueAt, in.StateReason, in.TransitionReason = old.State, old.DueAt, old.StateReason, old.TransitionReason
+		}
+		out = *in
+		klog.InfoS("Instance registered", "instanceID", spec.ID, "zone", spec.Zone, "attachmentLimit", out.AttachmentLimit, "state", out.State)
 		return nil
 	})
 	return out, err
 }
 
-// RemoveInstance terminates an instance: its volumes are force-detached, as EC2 does on termination.
+// RemoveInstance terminates an instance (its attachments end as TerminateInstances ends them) and forgets it at
+// once rather than after the terminated retention: a node removed from a test cluster.
 func (s *State) RemoveInstance(id string) error {
 	return s.mutate(func(now time.Time) error {
-		if _, err := s.instance(id); err != nil {
+		in, err := s.instance(id)
+		if err != nil {
 			return err
 		}
-		for _, vid := range s.volumeIDs.ids {
-			v := s.volumes[vid]
-			for i := range v.Attachments {
-				if a := &v.Attachments[i]; a.InstanceID == id {
-					a.State, a.Force, a.DueAt = AttachDetaching, true, now
-					s.markDirty(kindVolume, vid)
-					s.markPending(kindVolume, vid)
-				}
-			}
+		if attachable(in) == nil {
+			s.terminate(now, in, true)
 		}
-		delete(s.instances, id)
-		s.instanceIDs.remove(id)
-		s.markDirty(kindInstance, id)
+		s.forgetInstance(id)
 		klog.InfoS("Instance removed", "instanceID", id)
 		return nil
 	})
@@ -98,7 +100,10 @@ var instanceFields = fields[InstanceView]{
 	"instance-id":         func(v *InstanceView) []string { return []string{v.ID} },
 	"availability-zone":   func(v *InstanceView) []string { return []string{v.Zone} },
 	"instance-type":       func(v *InstanceView) []string { return []string{v.InstanceType} },
-	"instance-state-name": func(*InstanceView) []string { return []string{"running"} },
+	"instance-state-name": func(v *InstanceView) []string { return []string{v.State} },
+	"instance-state-code": func(v *InstanceView) []string {
+		return []string{strconv.Itoa(int(InstanceStateCode(v.State)))}
+	},
 	"block-device-mapping.volume-id": func(v *InstanceView) []string {
 		return mapAttachments(v, func(a Attachment) string { return a.VolumeID })
 	},

@@ -198,7 +198,7 @@ func (s *State) applyJob(now time.Time, j ioJob, out jobOutcome) {
 		switch {
 		case a == nil:
 		case err == nil:
-			s.dropAttachment(v, j.instanceID)
+			s.dropAttachment(now, v, j.instanceID)
 		case errors.Is(err, blockdev.ErrBusy):
 			if a.State != AttachBusy {
 				a.State = AttachBusy
@@ -274,15 +274,28 @@ func attachmentTo(v *Volume, instanceID string) *Attachment {
 	return nil
 }
 
-// dropAttachment forgets a detached attachment.
-func (s *State) dropAttachment(v *Volume, instanceID string) {
+// dropAttachment forgets a detached attachment. One its instance's termination ended deletes the volume when
+// it was DeleteOnTermination (and no other instance holds the volume), as EC2 does; the instance, if still
+// shutting down, is looked at again, since it is terminated once its volumes are off it.
+func (s *State) dropAttachment(now time.Time, v *Volume, instanceID string) {
+	var dropped Attachment
 	kept := v.Attachments[:0]
 	for _, a := range v.Attachments {
 		if a.InstanceID != instanceID {
 			kept = append(kept, a)
+		} else {
+			dropped = a
 		}
 	}
 	v.Attachments = kept
 	s.markDirty(kindVolume, v.ID)
 	klog.V(2).InfoS("Volume detached", "volumeID", v.ID, "instanceID", instanceID)
+	if _, ok := s.instances[instanceID]; ok {
+		s.markPending(kindInstance, instanceID)
+	}
+	if dropped.Terminated && dropped.DeleteOnTermination && len(kept) == 0 && (v.State == VolumeInUse || v.State == VolumeAvailable) {
+		v.State, v.DueAt = VolumeDeleting, now.Add(s.cfg.Durations.VolumeDelete)
+		s.markPending(kindVolume, v.ID)
+		klog.InfoS("Deleting volume on its instance's termination", "volumeID", v.ID, "instanceID", instanceID)
+	}
 }

@@ -33,6 +33,9 @@ type Options struct {
 	Clock   Clock
 	// Stuck reports transitions that fault injection holds still; nil holds none.
 	Stuck func(transition string) bool
+	// HoldNext takes one hold of a single transition starting now (a counted stuck fault): an attachment it
+	// takes stays attaching until it is detached. nil holds none.
+	HoldNext func(transition string) bool
 }
 
 // Record kinds in the store.
@@ -56,6 +59,7 @@ type State struct {
 	store   *store.Store
 	clock   Clock
 	stuck   func(string) bool
+	hold    func(string) bool
 
 	volumes       map[string]*Volume
 	volumeIDs     idIndex
@@ -113,6 +117,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		store:          opts.Store,
 		clock:          opts.Clock,
 		stuck:          opts.Stuck,
+		hold:           opts.HoldNext,
 		volumes:        map[string]*Volume{},
 		snapshots:      map[string]*Snapshot{},
 		modifications:  map[string]*Modification{},
@@ -137,6 +142,9 @@ func New(cfg Config, opts Options) (*State, error) {
 	}
 	if s.stuck == nil {
 		s.stuck = func(string) bool { return false }
+	}
+	if s.hold == nil {
+		s.hold = func(string) bool { return false }
 	}
 	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
 	if err := s.load(); err != nil {
@@ -216,8 +224,12 @@ func (s *State) load() error {
 			if err := json.Unmarshal(raw, in); err != nil {
 				return err
 			}
+			if in.State == "" {
+				in.State = InstanceRunning
+			}
 			s.instances[id] = in
 			s.instanceIDs.insert(id)
+			s.markPending(kindInstance, id)
 			return nil
 		}},
 		{kindTombstone, func(token string, raw []byte) error {

@@ -17,6 +17,8 @@ func (s *State) advance(now time.Time) {
 			settled = s.advanceSnapshot(now, k.id)
 		case kindModification:
 			settled = s.advanceModification(now, k.id)
+		case kindInstance:
+			settled = s.advanceInstance(now, k.id)
 		default:
 			settled = true
 		}
@@ -60,12 +62,14 @@ func (s *State) advanceVolume(now time.Time, id string) bool {
 			s.markDirty(kindVolume, id)
 		}
 	}
-	return v.State != VolumeCreating && v.State != VolumeDeleting && allAttached(v)
+	return v.State != VolumeCreating && v.State != VolumeDeleting && allSettled(v)
 }
 
-func allAttached(v *Volume) bool {
+// allSettled reports whether no attachment of v has a transition to make: each is attached, or held attaching
+// by a counted fault until a detach (which marks the volume pending again).
+func allSettled(v *Volume) bool {
 	for _, a := range v.Attachments {
-		if a.State != AttachAttached {
+		if a.State != AttachAttached && (a.State != AttachAttaching || !a.Held) {
 			return false
 		}
 	}
@@ -100,7 +104,7 @@ func (s *State) advanceAttachments(now time.Time, v *Volume) {
 	for _, a := range v.Attachments {
 		switch a.State {
 		case AttachAttaching:
-			if due(now, a.DueAt) && !s.stuck(TransitionAttach) {
+			if !a.Held && due(now, a.DueAt) && !s.stuck(TransitionAttach) {
 				s.schedule(ioJob{kind: jobAttach, volumeID: v.ID, instanceID: a.InstanceID})
 				return
 			}
@@ -109,10 +113,10 @@ func (s *State) advanceAttachments(now time.Time, v *Volume) {
 				continue
 			}
 			if holdsDevice(v, a) {
-				s.schedule(ioJob{kind: jobDetach, volumeID: v.ID, instanceID: a.InstanceID, force: a.Force})
+				s.schedule(ioJob{kind: jobDetach, volumeID: v.ID, instanceID: a.InstanceID, force: a.Force || s.guestDown(a.InstanceID)})
 				return
 			}
-			s.dropAttachment(v, a.InstanceID)
+			s.dropAttachment(now, v, a.InstanceID)
 			s.advanceAttachments(now, v)
 			return
 		}
@@ -224,6 +228,9 @@ func (s *State) dueOf(k pendingKey) (time.Time, bool) {
 		for _, a := range v.Attachments {
 			switch a.State {
 			case AttachAttaching:
+				if a.Held {
+					continue
+				}
 				held = held || s.stuck(TransitionAttach)
 			case AttachBusy:
 				held = true
@@ -243,6 +250,8 @@ func (s *State) dueOf(k pendingKey) (time.Time, bool) {
 		}
 		// A copy in flight ends with a kick; nothing to time.
 		return untimed, false
+	case kindInstance:
+		return s.instanceDue(k.id)
 	case kindModification:
 		if m, ok := s.modifications[k.id]; ok {
 			if m.State == ModModifying {

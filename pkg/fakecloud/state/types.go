@@ -25,7 +25,33 @@ const (
 	SnapshotPending   = "pending"
 	SnapshotCompleted = "completed"
 	SnapshotError     = "error"
+
+	InstancePending      = "pending"
+	InstanceRunning      = "running"
+	InstanceShuttingDown = "shutting-down"
+	InstanceTerminated   = "terminated"
+	InstanceStopping     = "stopping"
+	InstanceStopped      = "stopped"
 )
+
+// InstanceStateCode is EC2's numeric code of an instance state (the low byte of instanceState/code).
+func InstanceStateCode(name string) int32 {
+	switch name {
+	case InstancePending:
+		return 0
+	case InstanceRunning:
+		return 16
+	case InstanceShuttingDown:
+		return 32
+	case InstanceTerminated:
+		return 48
+	case InstanceStopping:
+		return 64
+	case InstanceStopped:
+		return 80
+	}
+	return 16
+}
 
 // Names of transitions that fault injection can hold still.
 const (
@@ -76,6 +102,13 @@ type Attachment struct {
 	AttachTime time.Time `json:"attachTime"`
 	DueAt      time.Time `json:"dueAt,omitempty"`
 	Force      bool      `json:"force,omitempty"`
+	// DeleteOnTermination deletes the volume when its instance's termination ends this attachment
+	// (ModifyInstanceAttribute sets it; AttachVolume leaves it false, as EC2 does).
+	DeleteOnTermination bool `json:"deleteOnTermination,omitempty"`
+	// Terminated: the instance's termination ended this attachment (DeleteOnTermination applies).
+	Terminated bool `json:"terminated,omitempty"`
+	// Held: a counted stuck fault (attach:N) took this attachment; it stays attaching until it is detached.
+	Held bool `json:"held,omitempty"`
 	// HostDevice is the block device the backend bound (a loop device), reported to operators, not to EC2 clients.
 	HostDevice string `json:"hostDevice,omitempty"`
 }
@@ -131,6 +164,15 @@ type Instance struct {
 	AttachmentLimit int       `json:"attachmentLimit"`
 	LaunchTime      time.Time `json:"launchTime"`
 	Tags            []Tag     `json:"tags,omitempty"`
+	// State is EC2's instance state; records from before states existed load as running.
+	State string `json:"state,omitempty"`
+	// DueAt ends a transitional state (pending, stopping, shutting-down); for a terminated instance it is when
+	// the record vanishes.
+	DueAt time.Time `json:"dueAt,omitempty"`
+	// StateReason is EC2's stateReason code of a stopped or terminated instance; TransitionReason its
+	// stateTransitionReason.
+	StateReason      string `json:"stateReason,omitempty"`
+	TransitionReason string `json:"transitionReason,omitempty"`
 }
 
 // Zone is an availability zone of the region.

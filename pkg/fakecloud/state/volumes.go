@@ -400,7 +400,7 @@ var volumeFields = fields[Volume]{
 	"attachment.status": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.State }) },
 	"attachment.device": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.Device }) },
 	"attachment.delete-on-termination": func(v *Volume) []string {
-		return attachmentValues(v, func(Attachment) string { return "false" })
+		return attachmentValues(v, func(a Attachment) string { return strconv.FormatBool(a.DeleteOnTermination) })
 	},
 }
 

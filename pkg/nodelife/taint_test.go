@@ -1,0 +1,212 @@
+package nodelife
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+var (
+	startupNoExecute  = corev1.Taint{Key: StartupTaintKey, Effect: corev1.TaintEffectNoExecute}
+	startupNoSchedule = corev1.Taint{Key: StartupTaintKey, Effect: corev1.TaintEffectNoSchedule}
+	otherTaint        = corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	lateTaint         = corev1.Taint{Key: "example.com/late", Effect: corev1.TaintEffectPreferNoSchedule}
+	nodesResource     = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+)
+
+func taintRemover(client *fake.Clientset) *StartupTaint {
+	return &StartupTaint{Client: client, NodeName: testNode, DriverName: testDriver,
+		RegistrationPoll: time.Millisecond, RetryInitial: time.Millisecond, RetryMax: 2 * time.Millisecond}
+}
+
+func taintsOf(t *testing.T, client *fake.Clientset) []corev1.Taint {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), testNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Spec.Taints
+}
+
+func patches(client *fake.Clientset) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "nodes" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStartupTaintRemoved: the taint goes whatever its effect (both when the node pool set both), every other
+// taint stays, and a Node without it is not patched.
+func TestStartupTaintRemoved(t *testing.T) {
+	tests := []struct {
+		name        string
+		taints      []corev1.Taint
+		want        []corev1.Taint
+		wantPatches int
+	}{
+		{"only the startup taint", []corev1.Taint{startupNoExecute}, nil, 1},
+		{"others kept in order", []corev1.Taint{otherTaint, startupNoExecute, lateTaint}, []corev1.Taint{otherTaint, lateTaint}, 1},
+		{"both effects", []corev1.Taint{startupNoSchedule, otherTaint, startupNoExecute}, []corev1.Taint{otherTaint}, 1},
+		{"no startup taint", []corev1.Taint{otherTaint}, []corev1.Taint{otherTaint}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(node(testNode, tc.taints...), csiNode(testNode, "other.csi.example.com", testDriver))
+			if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := taintsOf(t, client); !slices.Equal(got, tc.want) {
+				t.Errorf("taints = %v, want %v", got, tc.want)
+			}
+			if got := patches(client); got != tc.wantPatches {
+				t.Errorf("%d patches of the Node, want %d", got, tc.wantPatches)
+			}
+		})
+	}
+}
+
+// TestStartupTaintWaitsForRegistration: no patch before the CSINode lists the driver.
+func TestStartupTaintWaitsForRegistration(t *testing.T) {
+	client := fake.NewClientset(node(testNode, startupNoExecute, otherTaint))
+	var gets atomic.Int32
+	var patchedEarly atomic.Bool
+	registered := atomic.Bool{}
+	client.PrependReactor("get", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		// kubelet registers the driver at the fourth look: first no CSINode, then one without the driver.
+		switch gets.Add(1) {
+		case 1:
+			return false, nil, nil
+		case 2:
+			if err := client.Tracker().Add(csiNode(testNode, "other.csi.example.com")); err != nil {
+				t.Error(err)
+			}
+		case 4:
+			if err := client.Tracker().Update(csiResource, csiNode(testNode, "other.csi.example.com", testDriver), ""); err != nil {
+				t.Error(err)
+			}
+			registered.Store(true)
+		}
+		return false, nil, nil
+	})
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !registered.Load() {
+			patchedEarly.Store(true)
+		}
+		return false, nil, nil
+	})
+	if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if patchedEarly.Load() {
+		t.Error("the Node was patched before kubelet registered the driver")
+	}
+	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{otherTaint}) {
+		t.Errorf("taints = %v, want %v", got, []corev1.Taint{otherTaint})
+	}
+}
+
+var csiResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "csinodes"}
+
+// TestStartupTaintRetries: a conflict, a refusal by RBAC or a taint added between read and patch (the patch's
+// test fails) is retried until the removal goes through, and a taint added meanwhile is kept.
+func TestStartupTaintRetries(t *testing.T) {
+	tests := []struct {
+		name string
+		// fail answers the patch of the given attempt (from 1): handled with that error, or passed on.
+		fail func(t *testing.T, client *fake.Clientset, attempt int32) (bool, error)
+		want []corev1.Taint
+	}{
+		{"conflict", func(_ *testing.T, _ *fake.Clientset, attempt int32) (bool, error) {
+			if attempt == 1 {
+				return true, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, testNode, nil)
+			}
+			return false, nil
+		}, []corev1.Taint{otherTaint}},
+		{"forbidden", func(_ *testing.T, _ *fake.Clientset, attempt int32) (bool, error) {
+			if attempt <= 3 {
+				return true, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, testNode, nil)
+			}
+			return false, nil
+		}, []corev1.Taint{otherTaint}},
+		{"taint added concurrently", func(t *testing.T, client *fake.Clientset, attempt int32) (bool, error) {
+			if attempt == 1 {
+				// Another controller adds a taint after the remover read the Node: the patch's test must fail.
+				if err := client.Tracker().Update(nodesResource, node(testNode, otherTaint, startupNoExecute, lateTaint), ""); err != nil {
+					t.Error(err)
+				}
+			}
+			return false, nil
+		}, []corev1.Taint{otherTaint, lateTaint}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(node(testNode, otherTaint, startupNoExecute), csiNode(testNode, testDriver))
+			var attempts atomic.Int32
+			client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				handled, err := tc.fail(t, client, attempts.Add(1))
+				return handled, nil, err
+			})
+			if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := taintsOf(t, client); !slices.Equal(got, tc.want) {
+				t.Errorf("taints = %v, want %v", got, tc.want)
+			}
+			if attempts.Load() < 2 {
+				t.Errorf("%d patch attempts; the first failed, so there must be another", attempts.Load())
+			}
+		})
+	}
+}
+
+// TestStartupTaintForbiddenReadRetries: the Node cannot be read at first (RBAC not yet granted); the remover
+// keeps trying, and stops only when ctx ends.
+func TestStartupTaintForbiddenReadRetries(t *testing.T) {
+	client := fake.NewClientset(node(testNode, startupNoExecute), csiNode(testNode, testDriver))
+	var reads atomic.Int32
+	client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if reads.Add(1) <= 5 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, testNode, nil)
+		}
+		return false, nil, nil
+	})
+	if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := taintsOf(t, client); len(got) != 0 {
+		t.Errorf("taints = %v, want none", got)
+	}
+
+	// Refused for good: Run returns only with its context, having tried again and again.
+	client = fake.NewClientset(node(testNode, startupNoExecute), csiNode(testNode, testDriver))
+	ctx, cancel := context.WithCancel(testCtx(t))
+	var refused atomic.Int32
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) == 20 {
+			cancel()
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, testNode, nil)
+	})
+	if _, err := taintRemover(client).Run(ctx); err == nil {
+		t.Error("Run succeeded though every patch was refused")
+	}
+	if refused.Load() < 20 {
+		t.Errorf("%d patch attempts before giving up; want retries until the context ended", refused.Load())
+	}
+	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{startupNoExecute}) {
+		t.Errorf("taints = %v after refused patches, want the startup taint still there", got)
+	}
+}
