@@ -138,6 +138,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if f := o.cfg.Faults; f.RateLimitProfile != "" || len(f.ActionRateLimits) > 0 || f.RateLimit.Burst > 0 {
+		klog.InfoS("Rate limits", "profile", f.RateLimitProfile, "actions", f.ActionRateLimits, "shared", f.RateLimit)
+	}
 	defer func() {
 		if err := srv.Close(); err != nil {
 			klog.ErrorS(err, "Closing fakecloud")

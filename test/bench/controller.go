@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/status"
+
+	"github.com/diskforge/diskforge/internal/ctxsleep"
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 )
 
 // profile is how long fakecloud's transitions take, and how the cycles arrive: all at once (a burst), or
@@ -64,6 +69,26 @@ type result struct {
 	// cycles cost the two cores they share, which latency on a noisy machine shows only blurred.
 	CPUMSPerCycle map[string]float64      `json:"cpuMsPerCycle"`
 	Latency       map[string]latencyStats `json:"latency"`
+	// Caller is "bench" (each RPC sent once under the cycle's deadline) or "sidecar" (--sidecar: each attempt
+	// under the sidecar's --timeout, retryable failures sent again after the sidecar's backoff).
+	Caller string `json:"caller"`
+	// RateLimits is fakecloud's --rate-limits profile, when one was set, and FakecloudArgs its extra flags.
+	RateLimits    string   `json:"rateLimits,omitempty"`
+	FakecloudArgs []string `json:"fakecloudArgs,omitempty"`
+	// Retries counts the attempts a sidecar caller sent again, by "RPC/code".
+	Retries map[string]int `json:"retries,omitempty"`
+	// Throttled is how many EC2 calls fakecloud answered RequestLimitExceeded in the burst, and ThrottledShare
+	// their share of all its calls.
+	Throttled      float64 `json:"throttled"`
+	ThrottledShare float64 `json:"throttledShare"`
+	// FloorSeconds is the shortest time any client could run the burst under the profile's buckets and
+	// transitions (floor), and WallToFloor the measured wall time as a multiple of it.
+	FloorSeconds float64 `json:"floorSeconds"`
+	WallToFloor  float64 `json:"wallToFloor"`
+	// Left counts the driver's volumes fakecloud still holds once every burst of the run is over; Duplicated
+	// those of them the caller was never given (a second volume under one name).
+	Left       int `json:"volumesLeft"`
+	Duplicated int `json:"volumesDuplicated"`
 }
 
 type latencyStats struct {
@@ -81,6 +106,15 @@ type controllerBench struct {
 	starts    []string
 	warmups   int
 	keep      bool
+	// rateLimits is fakecloud's --rate-limits profile; limits are its buckets, with those of any
+	// --fault-rate-limit among fakecloudArgs.
+	rateLimits string
+	limits     faults.Config
+	// fakecloudArgs are passed on to fakecloud (e.g. --fault-error).
+	fakecloudArgs []string
+	caller        caller
+	// deadline bounds each cycle of a sidecar caller, which otherwise retries for ever as the sidecars do.
+	deadline time.Duration
 }
 
 type namedBin struct{ name, path string }
@@ -117,7 +151,18 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&b.keep, "keep", false, "keep the logs and data directories")
 	fs.IntVar(&b.warmups, "warmups", 2, "unmeasured bursts before a warm measurement")
 	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after --warmups unmeasured bursts (warm), or both")
+	fs.StringVar(&b.rateLimits, "rate-limits", "", "fakecloud's --rate-limits profile (ec2: EC2's per-action buckets); the floor is computed from it")
+	extra := fs.String("fakecloud-args", "", "more fakecloud flags, space separated, e.g. --fault-error=*=0.3:RequestLimitExceeded:before")
+	fs.BoolVar(&b.caller.sidecar, "sidecar", false,
+		"call as the sidecars do: each attempt under the manifests' --timeout, DeadlineExceeded, Aborted, Unavailable and ResourceExhausted retried with their backoff (1 s doubling to 5 min)")
+	fs.DurationVar(&b.deadline, "sidecar-deadline", 30*time.Minute, "with --sidecar, when a cycle gives up retrying")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b.caller.start, b.caller.max, b.caller.sleep = retryIntervalStart, retryIntervalMax, ctxsleep.Sleep
+	b.fakecloudArgs = strings.Fields(*extra)
+	var err error
+	if b.limits, err = rateLimitsOf(b.rateLimits, b.fakecloudArgs); err != nil {
 		return err
 	}
 	for _, st := range strings.Split(*starts, ",") {
@@ -127,7 +172,6 @@ func runController(ctx context.Context, args []string) error {
 		b.starts = append(b.starts, st)
 	}
 	b.fakecloud = filepath.Join(*binDir, "fakecloud")
-	var err error
 	if b.drivers, err = parseDrivers(*drivers, *binDir); err != nil {
 		return err
 	}
@@ -152,6 +196,11 @@ func runController(ctx context.Context, args []string) error {
 					}
 					if err := enc.Encode(r); err != nil {
 						return err
+					}
+					if r.FloorSeconds > 0 {
+						fmt.Fprintf(os.Stderr, "%s %s %s: %d cycles in %.1f s, floor %.1f s: %.2f× the floor; %d errors, %.0f throttled (%.1f %%), %d volumes left, %d duplicated\n",
+							r.Driver, r.Profile, r.Start, r.Cycles, r.WallSeconds, r.FloorSeconds, r.WallToFloor, r.Errors,
+							r.Throttled, 100*r.ThrottledShare, r.Left, r.Duplicated)
 					}
 				}
 			}
@@ -182,8 +231,11 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	defer pr.stop()
 	ids, spec := b.instances()
 	t := p.Transition.String()
-	url, err := pr.startFakecloud(ctx, b.fakecloud, "--instances", spec, "--create-duration", t, "--attach-duration", t,
-		"--detach-duration", t, "--delete-duration", "0s")
+	args := []string{"--instances", spec, "--create-duration", t, "--attach-duration", t, "--detach-duration", t, "--delete-duration", "0s"}
+	if b.rateLimits != "" {
+		args = append(args, "--rate-limits", b.rateLimits)
+	}
+	url, err := pr.startFakecloud(ctx, b.fakecloud, append(args, b.fakecloudArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,14 +249,21 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 		p.Cycles = b.cycles
 	}
 	cycles := p.Cycles
+	given := map[string]string{} // volume ID each name's CreateVolume answered, over every burst of the run
 	if start == "warm" {
 		// All at once: the warm-up only has to teach the driver, not to take as long as the measured burst.
 		warmup := p
 		warmup.Spread = 0
 		for i := range b.warmups {
-			if w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d-%d", run, i)); len(w.errs) > 0 {
+			w := b.burst(ctx, ctrl, ids, warmup, fmt.Sprintf("pvc-warm-%d-%d", run, i))
+			if len(w.errs) > 0 {
 				return nil, fmt.Errorf("warm-up: %d errors, first: %s", len(w.errs), w.errs[0])
 			}
+			maps.Copy(given, w.given)
+		}
+		// The warm-ups drained the buckets; the measured burst, like the floor, starts with them full.
+		if err := refillBuckets(ctx, url); err != nil {
+			return nil, err
 		}
 	}
 
@@ -225,9 +284,36 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(given, m.given)
+	left, duplicated, err := checkVolumes(ctx, url, given)
+	if err != nil {
+		return nil, err
+	}
 
 	r := &result{Driver: d.name, Profile: p.Name, Start: start, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(m.errs),
-		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}, CPUMSPerCycle: map[string]float64{}}
+		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}, CPUMSPerCycle: map[string]float64{},
+		Caller: "bench", RateLimits: b.limits.RateLimitProfile, FakecloudArgs: b.fakecloudArgs, Left: left, Duplicated: duplicated}
+	if b.caller.sidecar {
+		r.Caller, r.Retries = "sidecar", m.retries
+	}
+	fl := floor(b.limits, cycles, p)
+	r.FloorSeconds = round(fl.Seconds())
+	if fl > 0 {
+		r.WallToFloor = round(m.wall.Seconds() / fl.Seconds())
+	}
+	var total float64
+	for k, v := range after {
+		n := v - before[k]
+		switch {
+		case k == "total":
+			total = n
+		case strings.HasSuffix(k, "/"+ec2err.CodeRequestLimitExceeded):
+			r.Throttled += n
+		}
+	}
+	if total > 0 {
+		r.ThrottledShare = round(r.Throttled / total)
+	}
 	for i, name := range benchProcs {
 		r.CPUMSPerCycle[name] = round(float64(cpuAfter[i]-cpuBefore[i]) / float64(time.Millisecond) / float64(cycles))
 	}
@@ -262,22 +348,34 @@ type measured struct {
 	lat  map[string][]time.Duration
 	errs []string
 	wall time.Duration
+	// retries counts the attempts a sidecar caller sent again, by "RPC/code".
+	retries map[string]int
+	// given is the volume ID each name's CreateVolume answered.
+	given map[string]string
 }
 
 // burst runs p.Cycles cycles, spread evenly over p.Spread, round robin over the nodes, and waits for them all.
 func (b *controllerBench) burst(ctx context.Context, ctrl csi.ControllerClient, nodes []string, p profile, prefix string) measured {
 	var (
 		mu sync.Mutex
-		m  = measured{lat: map[string][]time.Duration{}}
+		m  = measured{lat: map[string][]time.Duration{}, retries: map[string]int{}, given: map[string]string{}}
 		wg sync.WaitGroup
 	)
-	record := func(rpc string, d time.Duration, err error) {
+	record := func(rpc string, o outcome) {
 		mu.Lock()
 		defer mu.Unlock()
-		m.lat[rpc] = append(m.lat[rpc], d)
-		if err != nil {
-			m.errs = append(m.errs, fmt.Sprintf("%s: %v", rpc, err))
+		m.lat[rpc] = append(m.lat[rpc], o.took)
+		if o.err != nil {
+			m.errs = append(m.errs, fmt.Sprintf("%s: %v", rpc, grpcErr(o.err)))
 		}
+		for _, c := range o.retried {
+			m.retries[rpc+"/"+c.String()]++
+		}
+	}
+	created := func(name, volumeID string) {
+		mu.Lock()
+		defer mu.Unlock()
+		m.given[name] = volumeID
 	}
 	start := time.Now()
 	for i := range p.Cycles {
@@ -285,7 +383,7 @@ func (b *controllerBench) burst(ctx context.Context, ctrl csi.ControllerClient, 
 		delay := p.Spread * time.Duration(i) / time.Duration(p.Cycles)
 		wg.Go(func() {
 			time.Sleep(delay)
-			cycle(ctx, ctrl, fmt.Sprintf("%s-%04d", prefix, i), nodes[node], benchZones[node%len(benchZones)], record)
+			b.cycle(ctx, ctrl, fmt.Sprintf("%s-%04d", prefix, i), nodes[node], benchZones[node%len(benchZones)], record, created)
 		})
 	}
 	wg.Wait()
@@ -294,45 +392,52 @@ func (b *controllerBench) burst(ctx context.Context, ctrl csi.ControllerClient, 
 }
 
 // cycle takes one volume through create, publish, unpublish and delete, as the provisioner and attacher do.
-func cycle(ctx context.Context, ctrl csi.ControllerClient, name, node, zone string, record func(string, time.Duration, error)) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+func (b *controllerBench) cycle(ctx context.Context, ctrl csi.ControllerClient, name, node, zone string,
+	record func(string, outcome), created func(name, volumeID string)) {
+	deadline := 2 * time.Minute
+	if b.caller.sidecar {
+		deadline = b.deadline
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	capability := &csi.VolumeCapability{
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
-	step := func(rpc string, call func() error) bool {
-		t := time.Now()
-		err := call()
-		record(rpc, time.Since(t), err)
-		return err == nil
+	step := func(rpc string, call func(ctx context.Context) error) bool {
+		o := b.caller.call(ctx, rpc, call)
+		record(rpc, o)
+		return o.err == nil
 	}
 	var volumeID string
-	if !step("CreateVolume", func() error {
+	if !step("CreateVolume", func(ctx context.Context) error {
 		resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
 			Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
 			VolumeCapabilities: []*csi.VolumeCapability{capability}, Parameters: map[string]string{"type": "gp3"},
 			AccessibilityRequirements: &csi.TopologyRequirement{Preferred: []*csi.Topology{
 				{Segments: map[string]string{"topology.kubernetes.io/zone": zone}}}},
 		})
-		volumeID = resp.GetVolume().GetVolumeId()
-		return grpcErr(err)
+		if err == nil {
+			volumeID = resp.GetVolume().GetVolumeId()
+			created(name, volumeID)
+		}
+		return err
 	}) {
 		return
 	}
-	if !step("ControllerPublishVolume", func() error {
+	if !step("ControllerPublishVolume", func(ctx context.Context) error {
 		_, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: volumeID, NodeId: node, VolumeCapability: capability})
-		return grpcErr(err)
+		return err
 	}) {
 		return
 	}
-	step("ControllerUnpublishVolume", func() error {
+	step("ControllerUnpublishVolume", func(ctx context.Context) error {
 		_, err := ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: volumeID, NodeId: node})
-		return grpcErr(err)
+		return err
 	})
-	step("DeleteVolume", func() error {
+	step("DeleteVolume", func(ctx context.Context) error {
 		_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: volumeID})
-		return grpcErr(err)
+		return err
 	})
 }
 

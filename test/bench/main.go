@@ -11,6 +11,17 @@
 // JSON object per run: EC2 calls per cycle and per action, p50/p99 per RPC, wall time, errors. Several
 // drivers are run in turn within each round, so their numbers come from the same minutes of a noisy machine.
 //
+// controller --rate-limits ec2 starts fakecloud with EC2's per-action buckets and reports, per run, the floor:
+// the shortest time any client could run the burst under those buckets and the transitions (the slowest
+// action's (N − capacity)/refill plus the transitions after it), and the wall time as a multiple of it, with
+// the calls fakecloud throttled. --sidecar calls as csi-provisioner and csi-attacher do: each attempt under the
+// --timeout the manifests give them, DeadlineExceeded, Aborted, Unavailable and ResourceExhausted sent again
+// after their backoff (1 s, doubling to 5 min). Every run ends by counting the driver's volumes fakecloud still
+// holds (volumesLeft) and those a name's CreateVolume never answered (volumesDuplicated).
+//
+//	go run ./test/bench controller --rate-limits ec2 --sidecar --cycles 1000 --nodes 50 --profiles instant,1s --start cold --runs 3
+//	go run ./test/bench controller --sidecar --fakecloud-args '--fault-error=*=0.3:RequestLimitExceeded:before'
+//
 // modify sends, per volume, ControllerExpandVolume and ControllerModifyVolume at once and then another
 // ControllerModifyVolume, and counts ModifyVolume calls, refusals and errors.
 //

@@ -28,8 +28,9 @@ const maxBody = 1 << 20
 
 // Faults injects latency, throttling and errors around actions.
 type Faults interface {
-	// Before runs ahead of the action; an error is answered instead of running it.
-	Before(ctx context.Context, action string) error
+	// BeforeQuery runs ahead of the action, given the request's parameters (EC2 throttles Describe calls that
+	// name neither a filter nor a page harder); an error is answered instead of running it.
+	BeforeQuery(ctx context.Context, action string, params url.Values) error
 	// After runs once the action changed state; an error replaces its reply, as when a real cloud's reply is lost.
 	After(action string) error
 }
@@ -174,7 +175,7 @@ func (h *Handler) handle(r *http.Request) (string, response, error) {
 		return action, nil, ec2err.New(ec2err.CodeNoSuchVersion, "The requested version (%s) of service AmazonEC2 does not exist", v)
 	}
 	if h.faults != nil {
-		if err := h.faults.Before(r.Context(), action); err != nil {
+		if err := h.faults.BeforeQuery(r.Context(), action, form); err != nil {
 			return action, nil, err
 		}
 	}

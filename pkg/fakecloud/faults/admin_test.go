@@ -50,6 +50,7 @@ func TestAdminHandler(t *testing.T) {
 		"latency": {"CreateVolume": "200ms", "*": "5ms"},
 		"errors": {"AttachVolume": {"rate": 0.2, "code": "InternalError", "count": 3, "before": true}},
 		"rateLimit": {"requestsPerSecond": 50, "burst": 100},
+		"rateLimitProfile": "ec2",
 		"actionRateLimits": {"CreateVolume": {"requestsPerSecond": 1, "burst": 2}},
 		"stuck": ["detach"]
 	}`
@@ -57,6 +58,7 @@ func TestAdminHandler(t *testing.T) {
 		Latency:          map[string]Duration{"CreateVolume": Duration(200 * time.Millisecond), "*": Duration(5 * time.Millisecond)},
 		Errors:           map[string]ErrorFault{"AttachVolume": {Rate: 0.2, Code: "InternalError", Count: 3, Before: true}},
 		RateLimit:        Limit{RequestsPerSecond: 50, Burst: 100},
+		RateLimitProfile: ProfileEC2,
 		ActionRateLimits: map[string]Limit{"CreateVolume": {RequestsPerSecond: 1, Burst: 2}},
 		Stuck:            []string{"detach"},
 	}
@@ -80,6 +82,7 @@ func TestAdminHandler(t *testing.T) {
 		`{"stuck": ["attach:0"]}`,
 		`{"latency": {"*": 5}}`,
 		`{"latncy": {"*": "5ms"}}`,
+		`{"rateLimitProfile": "gce"}`,
 		`not json`,
 	} {
 		if status, body := do(http.MethodPut, bad); status != http.StatusBadRequest || !strings.Contains(body, `"error"`) {

@@ -13,7 +13,8 @@ import (
 )
 
 // AllActions is the key that applies a latency, error or per-action rate limit to every action that has no
-// entry of its own.
+// entry of its own. A key ending in "*" (Describe*) applies to the actions it begins; an action's own entry
+// comes first, then the longest such prefix, then AllActions.
 const AllActions = "*"
 
 // Transitions that Stuck can hold back; the state package defines them and asks Stuck with these names.
@@ -37,7 +38,8 @@ func KnownTransition(name string) bool {
 }
 
 // Config is everything the injector does. The zero Config injects nothing. Map keys are EC2 action names
-// (CreateVolume) or AllActions; an action's own entry replaces the AllActions entry rather than adding to it.
+// (CreateVolume), prefixes (Describe*) or AllActions; the most specific entry replaces the others rather than
+// adding to them.
 type Config struct {
 	// Latency is slept by Before, before anything else.
 	Latency map[string]Duration `json:"latency,omitempty"`
@@ -45,8 +47,13 @@ type Config struct {
 	Errors map[string]ErrorFault `json:"errors,omitempty"`
 	// RateLimit is one token bucket shared by all actions, like EC2's per-account throttling.
 	RateLimit Limit `json:"rateLimit,omitzero"`
-	// ActionRateLimits are extra buckets per action; the AllActions entry gives every other action a bucket
-	// of its own with that limit.
+	// RateLimitProfile names a table of per-action buckets (ProfileEC2) applied beneath ActionRateLimits:
+	// an ActionRateLimits entry replaces the profile's entry under the same key (Burst 0 turns it off).
+	RateLimitProfile string `json:"rateLimitProfile,omitempty"`
+	// ActionRateLimits are extra buckets per action; a prefix or AllActions entry gives every action it covers
+	// a bucket of its own with that limit. An ACTION:unfiltered key (UnfilteredSuffix) is the bucket that
+	// action's calls naming neither a filter nor a page draw from instead (see Unfiltered); it applies to that
+	// action alone.
 	ActionRateLimits map[string]Limit `json:"actionRateLimits,omitempty"`
 	// Stuck names transitions (Transition constants) that must not progress. "attach:N" instead holds only the
 	// next N attachments started: each stays attaching until it is detached, and later ones proceed; the count
@@ -86,8 +93,8 @@ func (l Limit) enabled() bool { return l.Burst > 0 }
 func (c Config) Validate() error {
 	var errs []error
 	for action, d := range c.Latency {
-		if action == "" {
-			errs = append(errs, errors.New("latency: empty action name"))
+		if err := validKey(action); err != nil {
+			errs = append(errs, fmt.Errorf("latency: %w", err))
 		}
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("latency %s: negative duration %s", action, d))
@@ -97,8 +104,8 @@ func (c Config) Validate() error {
 		if err := f.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("errors %s: %w", action, err))
 		}
-		if action == "" {
-			errs = append(errs, errors.New("errors: empty action name"))
+		if err := validKey(action); err != nil {
+			errs = append(errs, fmt.Errorf("errors: %w", err))
 		}
 	}
 	if err := c.RateLimit.validate(); err != nil {
@@ -108,9 +115,14 @@ func (c Config) Validate() error {
 		if err := l.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("actionRateLimits %s: %w", action, err))
 		}
-		if action == "" {
-			errs = append(errs, errors.New("actionRateLimits: empty action name"))
+		if err := validKey(strings.TrimSuffix(action, UnfilteredSuffix)); err != nil {
+			errs = append(errs, fmt.Errorf("actionRateLimits: %w", err))
+		} else if strings.HasSuffix(action, UnfilteredSuffix) && strings.Contains(action, "*") {
+			errs = append(errs, fmt.Errorf("actionRateLimits: %q: an unfiltered bucket names one action", action))
 		}
+	}
+	if _, err := ProfileLimits(c.RateLimitProfile); err != nil {
+		errs = append(errs, fmt.Errorf("rateLimitProfile: %w", err))
 	}
 	counted := map[string]bool{}
 	for _, entry := range c.Stuck {
@@ -185,11 +197,28 @@ func (c Config) clone() Config {
 	return c
 }
 
-// lookup gives the entry for action, falling back to the AllActions entry.
+// validKey refuses an empty key and a "*" anywhere but at the end, which would never match.
+func validKey(key string) error {
+	if key == "" {
+		return errors.New("empty action name")
+	}
+	if i := strings.Index(key, "*"); i >= 0 && i != len(key)-1 {
+		return fmt.Errorf("%q: a * may only end a key", key)
+	}
+	return nil
+}
+
+// lookup gives the entry for action: its own, else the longest prefix entry (Describe*), else AllActions.
 func lookup[V any](m map[string]V, action string) (key string, v V, ok bool) {
 	if v, ok = m[action]; ok {
 		return action, v, true
 	}
-	v, ok = m[AllActions]
-	return AllActions, v, ok
+	best := -1
+	for k, val := range m {
+		prefix, isPattern := strings.CutSuffix(k, "*")
+		if isPattern && len(prefix) > best && strings.HasPrefix(action, prefix) {
+			best, key, v, ok = len(prefix), k, val, true
+		}
+	}
+	return key, v, ok
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -84,8 +85,19 @@ func (i *Injector) SetConfig(cfg Config) error {
 
 // Before runs ahead of the action's handler: it sleeps the configured latency, then applies the rate limits,
 // then the before-phase error faults. A non-nil result is an *ec2err.Error to answer instead of running the
-// handler, or ctx's error (wrapped) if ctx ended during the latency.
+// handler, or ctx's error (wrapped) if ctx ended during the latency. The request's parameters are unknown
+// here, so the call draws from its action's own bucket, never an ACTION:unfiltered one; BeforeQuery tells.
 func (i *Injector) Before(ctx context.Context, action string) error {
+	return i.before(ctx, action, false)
+}
+
+// BeforeQuery is Before for a request whose EC2 Query parameters are known: a call that names neither a
+// filter nor a page (Unfiltered) draws from its action's ACTION:unfiltered bucket when the config has one.
+func (i *Injector) BeforeQuery(ctx context.Context, action string, params url.Values) error {
+	return i.before(ctx, action, Unfiltered(params))
+}
+
+func (i *Injector) before(ctx context.Context, action string, unfiltered bool) error {
 	if i == nil {
 		return nil
 	}
@@ -101,7 +113,7 @@ func (i *Injector) Before(ctx context.Context, action string) error {
 
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if err := i.buckets.take(action, i.now()); err != nil {
+	if err := i.buckets.take(action, unfiltered, i.now()); err != nil {
 		return err
 	}
 	return i.errorFault(action, true)

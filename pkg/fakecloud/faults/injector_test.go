@@ -261,6 +261,10 @@ func TestSetConfigValidation(t *testing.T) {
 		{"negative burst", Config{RateLimit: Limit{RequestsPerSecond: 1, Burst: -1}}, false},
 		{"negative rps", Config{ActionRateLimits: map[string]Limit{"X": {RequestsPerSecond: -1, Burst: 1}}}, false},
 		{"unknown transition", Config{Stuck: []string{"attach", "reboot"}}, false},
+		{"profile", Config{RateLimitProfile: ProfileEC2}, true},
+		{"unknown profile", Config{RateLimitProfile: "gce"}, false},
+		{"prefix keys", Config{Latency: map[string]Duration{"Describe*": 0}, ActionRateLimits: map[string]Limit{"DescribeVolumes:unfiltered": {RequestsPerSecond: 1, Burst: 1}}}, true},
+		{"star inside a key", Config{Errors: map[string]ErrorFault{"*Volume": {Rate: 1, Code: "X"}}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

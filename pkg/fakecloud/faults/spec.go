@@ -15,25 +15,32 @@ import (
 //	--fault-rate-limit=50/100,CreateVolume=1/5
 //	--fault-stuck=attach,detach
 //	--fault-stuck=attach:1
+//	--rate-limits=ec2
 //
 // An error entry is ACTION=RATE:CODE followed by optional :COUNT (failures to inject, 0 = unlimited) and
 // :before or :after (default after). A rate-limit entry is RPS/BURST for the shared bucket or
 // ACTION=RPS/BURST for an action's own bucket. A stuck entry is a transition, held every time, or attach:COUNT,
-// which holds only the next COUNT attachments started (each until it is detached).
+// which holds only the next COUNT attachments started (each until it is detached). --rate-limits names a
+// profile of per-action buckets (ProfileEC2); --fault-rate-limit entries replace its entries under the same key
+// (ACTION=RPS/0 turns one off) and add the shared bucket.
 type Spec struct {
-	Latency   string
-	Errors    string
-	RateLimit string
-	Stuck     string
+	Latency    string
+	Errors     string
+	RateLimit  string
+	Stuck      string
+	RateLimits string
 }
 
-// RegisterFlags binds s to the --fault-latency, --fault-error, --fault-rate-limit and --fault-stuck flags.
+// RegisterFlags binds s to the --fault-latency, --fault-error, --fault-rate-limit, --fault-stuck and
+// --rate-limits flags.
 func (s *Spec) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Latency, "fault-latency", s.Latency, "per-action latency, e.g. CreateVolume=200ms,*=5ms")
 	fs.StringVar(&s.Errors, "fault-error", s.Errors,
 		"per-action errors ACTION=RATE:CODE[:COUNT][:before|:after], e.g. AttachVolume=0.2:InternalError")
 	fs.StringVar(&s.RateLimit, "fault-rate-limit", s.RateLimit,
-		"token buckets RPS/BURST (shared) and ACTION=RPS/BURST, e.g. 50/100")
+		"token buckets RPS/BURST (shared) and ACTION=RPS/BURST (ACTION may be a prefix, Describe*, or ACTION:unfiltered), e.g. 50/100")
+	fs.StringVar(&s.RateLimits, "rate-limits", s.RateLimits,
+		"per-action token buckets by name: none, or ec2 (EC2's documented defaults: CreateVolume 100/5, AttachVolume 50/5, Describe* 100/20, …); --fault-rate-limit entries replace its own")
 	fs.StringVar(&s.Stuck, "fault-stuck", s.Stuck,
 		"transitions that never progress: volume-create,volume-delete,attach,detach,modify,snapshot; attach:N holds only the next N attachments (each until detached)")
 }
@@ -53,6 +60,12 @@ func (s Spec) Config() (Config, error) {
 	}
 	if c.Stuck, err = ParseStuck(s.Stuck); err != nil {
 		return Config{}, err
+	}
+	if c.RateLimitProfile = strings.TrimSpace(s.RateLimits); c.RateLimitProfile == "none" {
+		c.RateLimitProfile = ""
+	}
+	if _, err := ProfileLimits(c.RateLimitProfile); err != nil {
+		return Config{}, fmt.Errorf("rate-limits: %w", err)
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err

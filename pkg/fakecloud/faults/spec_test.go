@@ -58,6 +58,19 @@ func TestSpecConfig(t *testing.T) {
 		{"stuck count zero", Spec{Stuck: "attach:0"}, Config{}, false},
 		{"stuck count not a number", Spec{Stuck: "attach:once"}, Config{}, false},
 		{"stuck two counts", Spec{Stuck: "attach:1,attach:2"}, Config{}, false},
+		{"rate limits ec2", Spec{RateLimits: "ec2"}, Config{RateLimitProfile: ProfileEC2}, true},
+		{"rate limits none", Spec{RateLimits: "none"}, Config{}, true},
+		{"rate limits unknown", Spec{RateLimits: "gce"}, Config{}, false},
+		{
+			name: "rate limits beside fault-rate-limit",
+			spec: Spec{RateLimits: "ec2", RateLimit: "100/200,Describe*=40/200,DescribeVolumes:unfiltered=0/0"},
+			want: Config{RateLimitProfile: ProfileEC2, RateLimit: Limit{RequestsPerSecond: 100, Burst: 200},
+				ActionRateLimits: map[string]Limit{"Describe*": {RequestsPerSecond: 40, Burst: 200}, "DescribeVolumes:unfiltered": {}}},
+			ok: true,
+		},
+		{"star inside a key", Spec{Latency: "Desc*ribe=1ms"}, Config{}, false},
+		{"unfiltered of a prefix", Spec{RateLimit: "Describe*:unfiltered=1/1"}, Config{}, false},
+		{"unfiltered of nothing", Spec{RateLimit: ":unfiltered=1/1"}, Config{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,15 +94,17 @@ func TestSpecRegisterFlags(t *testing.T) {
 		"--fault-error=AttachVolume=0.2:InternalError",
 		"--fault-rate-limit=50/100",
 		"--fault-stuck=attach,detach",
+		"--rate-limits=ec2",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Spec{
-		Latency:   "CreateVolume=200ms,*=5ms",
-		Errors:    "AttachVolume=0.2:InternalError",
-		RateLimit: "50/100",
-		Stuck:     "attach,detach",
+		Latency:    "CreateVolume=200ms,*=5ms",
+		Errors:     "AttachVolume=0.2:InternalError",
+		RateLimit:  "50/100",
+		Stuck:      "attach,detach",
+		RateLimits: "ec2",
 	}
 	if s != want {
 		t.Errorf("got %+v, want %+v", s, want)
