@@ -3,6 +3,11 @@
 // runc, CNI bridge) in a mount namespace of its own; and the deploy/kustomize kind overlay applied as it is, so
 // that the driver's controller with its sidecars, the node plugin with its registrar, the snapshot controller and
 // fakecloud run as pods of the images make image builds.
+//
+// Each node has an address of its own and serves SSH there (ssh.go, nodecmd.go), as Kubernetes' e2e suite expects of
+// a node: systemctl for its kubelet, and shell commands in its mount namespace. The node-control API (nodectl.go,
+// signal.go) does to a node what happens to machines: kubelet stopped or started, a container signalled, the node
+// lost and rebooted.
 package cluster
 
 // NodeInfo is one node of the cluster.
@@ -13,6 +18,9 @@ type NodeInfo struct {
 	// InstanceType is the node's node.kubernetes.io/instance-type label and its fakecloud instance's type: the
 	// node plugin reads its volume limit from it, fakecloud enforces the same type's.
 	InstanceType string
+	// Address is the node's own address (its InternalIP): its kubelet serves there, and its SSH endpoint
+	// listens on Address:22 (Info.SSH has the key).
+	Address string
 	// RootDir is the kubelet's root directory as the node sees it (pods' volumes are mounted below it).
 	RootDir string
 	// Pid is a process in the node's mount namespace (its containerd): /proc/<Pid>/mountinfo lists the node's
@@ -44,4 +52,6 @@ type Info struct {
 	TestImage string
 	// RepoList is a KUBE_TEST_REPO_LIST file naming the registries of the images built for Kubernetes' e2e suite.
 	RepoList string
+	// SSH is the key and user of the nodes' SSH endpoints (Kubernetes' e2e suite: SSH.Env()).
+	SSH SSHInfo
 }

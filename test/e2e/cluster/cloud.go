@@ -32,6 +32,9 @@ func (c *Cluster) waitCloud(ctx context.Context) error {
 		return err
 	}
 	c.info.CloudURL = "http://" + podIP + ":8787"
+	if err := c.relayInstanceMetadata(podIP); err != nil {
+		return err
+	}
 	c.info.CloudVolumesDir = "/var/lib/fakecloud/volumes"
 	for _, n := range nodeSpecs {
 		body := fmt.Sprintf(`{"zone":%q,"instanceType":%q}`, n.Zone, n.InstanceType)

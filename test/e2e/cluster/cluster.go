@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,7 +53,13 @@ type Cluster struct {
 	workloads []workload
 	// applyWorkloads applies the overlay's workloads but fakecloud (set by applyManifests).
 	applyWorkloads func(context.Context) error
-	stopped        bool
+	// ssh serves the nodes' SSH endpoints.
+	ssh *sshServer
+
+	// mu guards procs and stopped: the node-control API starts kubelets while scenarios and SSH sessions run,
+	// and Stop may come from a signal.
+	mu      sync.Mutex
+	stopped bool
 }
 
 // Info describes the running cluster.
@@ -65,11 +73,12 @@ func (c *Cluster) logf(format string, args ...any) {
 
 func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.BinDir, name) }
 
-// nodeSpecs are the cluster's nodes: two in zone a, one in zone b.
+// nodeSpecs are the cluster's nodes: two in zone a, one in zone b. Each has an address of its own on the bridge
+// (below the pods' ranges): its InternalIP, where its kubelet serves and its SSH endpoint listens.
 var nodeSpecs = []NodeInfo{
-	{Name: "node-a1", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a01", InstanceType: "m5.large"},
-	{Name: "node-a2", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a02", InstanceType: "c5.xlarge"},
-	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01", InstanceType: "m4.large"},
+	{Name: "node-a1", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a01", InstanceType: "m5.large", Address: "10.244.0.2"},
+	{Name: "node-a2", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a02", InstanceType: "c5.xlarge", Address: "10.244.0.3"},
+	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01", InstanceType: "m4.large", Address: "10.244.0.4"},
 }
 
 // lockFile serializes runs of the harness: the cluster's addresses, bridge and host paths are fixed.
@@ -116,6 +125,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		{"host", c.prepareHost},
 		{"control plane", c.startControlPlane},
 		{"nodes", c.startNodes},
+		{"ssh", c.startSSH},
 		{"cluster objects", c.applyManifests},
 		{"fakecloud", c.waitCloud},
 		{"workloads", func(ctx context.Context) error {
@@ -161,15 +171,23 @@ func (c *Cluster) prepareHost(context.Context) error {
 
 // Stop tears everything down in reverse order and leaves the host as the run found it.
 func (c *Cluster) Stop() {
+	c.mu.Lock()
 	if c.stopped {
+		c.mu.Unlock()
 		return
 	}
-	c.stopped = true
+	c.stopped = true // from here on nothing starts: c.start refuses
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
 	c.cancel()
+	// The SSH endpoints first: their commands end, and none acts on a node any more.
+	if c.ssh != nil {
+		c.ssh.close()
+	}
 	// Control plane controllers and kubelets first, so nothing restarts what goes; then the pods, through the
 	// runtime; then the runtimes, the API server and etcd.
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		if p := c.procs[i]; p.role == roleKubelet || p.role == roleController {
+	for i := len(procs) - 1; i >= 0; i-- {
+		if p := procs[i]; p.role == roleKubelet || p.role == roleController {
 			p.stop(15 * time.Second)
 		}
 	}
@@ -178,8 +196,8 @@ func (c *Cluster) Stop() {
 			c.logf("%s: remove pods: %v", n.info.Name, err)
 		}
 	}
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(15 * time.Second)
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(15 * time.Second)
 	}
 	for _, n := range c.nodes {
 		killShims(n.socket, c.logf)

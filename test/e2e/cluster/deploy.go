@@ -116,6 +116,9 @@ func (c *Cluster) applyManifests(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := withInstanceMetadata(objs); err != nil {
+		return err
+	}
 	if c.info.Cloud, err = cloudCredentials(objs); err != nil {
 		return err
 	}

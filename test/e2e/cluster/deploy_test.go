@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // TestRenderLocalOverlay renders the kind overlay as the harness applies it: the registrar and liveness probe are
@@ -53,4 +56,45 @@ func unstructuredContainers(obj map[string]any) ([]string, bool, error) {
 		}
 	}
 	return out, len(out) > 0, nil
+}
+
+// TestInstanceMetadataWiring checks that the rendered overlay gets fakecloud's per-instance metadata listeners and
+// the node plugin its node's metadata address, the pair the harness's relays join.
+func TestInstanceMetadataWiring(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{opts: Options{RepoRoot: root}}
+	objs, err := c.renderManifests(LocalOverlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := withInstanceMetadata(objs); err != nil {
+		t.Fatal(err)
+	}
+	var args, env string
+	for _, o := range objs {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, ct := range containers {
+			m := ct.(map[string]any)
+			switch {
+			case o.GetName() == "fakecloud" && m["name"] == "fakecloud":
+				args = fmt.Sprint(m["args"])
+			case o.GetName() == "diskforge-node" && m["name"] == "driver":
+				env = fmt.Sprint(m["env"])
+			}
+		}
+	}
+	for _, n := range nodeSpecs {
+		if !strings.Contains(args, n.InstanceID+"=0.0.0.0:") {
+			t.Errorf("fakecloud's args %s serve no metadata for %s", args, n.InstanceID)
+		}
+	}
+	if !strings.Contains(env, "status.hostIP") || !strings.Contains(env, "http://$(HOST_IP):8788") {
+		t.Errorf("node plugin env %s lacks the node's metadata address", env)
+	}
+	if err := withInstanceMetadata(objs[:0]); err == nil {
+		t.Error("an overlay without fakecloud and the node plugin was taken")
+	}
 }

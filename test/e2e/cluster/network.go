@@ -39,7 +39,7 @@ func linkExists(name string) bool {
 	return err == nil
 }
 
-// setupNetwork creates the bridge with the service addresses. A leftover of an earlier run that died is
+// setupNetwork creates the bridge with the service addresses and the nodes' own addresses. A leftover of an earlier run that died is
 // removed first: the name is the harness's own.
 func (c *Cluster) setupNetwork() error {
 	if linkExists(bridgeName) {
@@ -52,7 +52,11 @@ func (c *Cluster) setupNetwork() error {
 		return err
 	}
 	c.undo = append(c.undo, removeBridge)
-	for _, a := range []string{podGateway + "/24", apiServiceIP + "/32", dnsServiceIP + "/32"} {
+	addrs := []string{podGateway + "/24", apiServiceIP + "/32", dnsServiceIP + "/32"}
+	for _, n := range nodeSpecs {
+		addrs = append(addrs, n.Address+"/32")
+	}
+	for _, a := range addrs {
 		if err := ip("addr", "add", a, "dev", bridgeName); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +22,7 @@ import (
 var nodeHostDirs = []string{"/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/fakecloud",
 	"/var/lib/cni", "/run/containerd"}
 
-// kubeletConfig is a KubeletConfiguration for a kubelet on containerd, on a host it shares (serving on the host's
+// kubeletConfig is a KubeletConfiguration for a kubelet on containerd, on a host it shares (serving on the node's own
 // address on the pods' bridge, its node IP: kubelet refuses a loopback node IP, and the API server reaches it there
 // for exec and logs): no QoS cgroup
 // hierarchy of its own, no eviction from the host's disk use, anonymous local access only.
@@ -109,7 +110,15 @@ type node struct {
 	dir        string
 	socket     string // containerd's
 	containerd *proc
-	kubelet    *proc
+	// kubeletArgs start its kubelet (nsenter into the node's mount namespace), the same at every start.
+	kubeletArgs []string
+
+	// mu serializes the kubelet's lifecycle (node-control API, SSH sessions) and guards what follows.
+	mu      sync.Mutex
+	kubelet *proc
+	// kubeletStopped is true when the kubelet was stopped on request (systemd's inactive), false when it exited
+	// by itself or was killed (failed).
+	kubeletStopped bool
 }
 
 // startNodes starts every node: containerd (with the images imported) and a kubelet, in the node's own mount
@@ -164,6 +173,10 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeInfo, i int, runc stri
 	// The kubelet directory is shared within the node, so that Bidirectional mounts of the node plugin reach the
 	// kubelet (the namespace's mounts are slaves of the host's, so nothing goes back to the host).
 	binds = append(binds, "mount --make-rshared /var/lib/kubelet")
+	// The node's PID 1, as the node sees /proc, is its containerd (this shell, which execs it): on a machine PID 1
+	// lives in the host's mount namespace, and tools enter it through /proc/1/ns/mnt (the e2e suite's hostexec
+	// pods, from the host's / mounted at /rootfs). The real PID 1 here is not even readable.
+	binds = append(binds, "mount --bind /proc/$$ /proc/1")
 	script := strings.Join(binds, " && ") + " && exec " + fmt.Sprintf("%q --config %q", c.bin("containerd"), cfgFile)
 	var err error
 	n.containerd, err = c.start(spec.Name+"-containerd", "unshare", []string{"--mount", "--propagation", "slave",
@@ -202,21 +215,20 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeInfo, i int, runc stri
 		return nil, err
 	}
 	kcfgFile := filepath.Join(dir, "kubelet.yaml")
-	kcfg := fmt.Sprintf(kubeletConfig, podGateway, port, healthz, c.pki.CAFile, n.socket, n.socket, dnsServiceIP, clusterDomain)
+	kcfg := fmt.Sprintf(kubeletConfig, spec.Address, port, healthz, c.pki.CAFile, n.socket, n.socket, dnsServiceIP, clusterDomain)
 	if err := os.WriteFile(kcfgFile, []byte(kcfg), 0o600); err != nil {
 		return nil, err
 	}
-	n.kubelet, err = c.start(spec.Name+"-kubelet", "nsenter", []string{"--mount=/proc/" + fmt.Sprint(n.info.Pid) + "/ns/mnt", "--",
+	n.kubeletArgs = []string{"--mount=/proc/" + fmt.Sprint(n.info.Pid) + "/ns/mnt", "--",
 		c.bin("kubelet"), "--kubeconfig=" + kubeconfig, "--config=" + kcfgFile, "--root-dir=/var/lib/kubelet",
-		"--hostname-override=" + spec.Name, "--node-ip=" + podGateway,
+		"--hostname-override=" + spec.Name, "--node-ip=" + spec.Address,
 		"--node-labels=topology.kubernetes.io/zone=" + spec.Zone + ",node.diskforge.io/instance-id=" + spec.InstanceID +
 			",node.kubernetes.io/instance-type=" + spec.InstanceType,
 		"--provider-id=aws:///" + spec.Zone + "/" + spec.InstanceID, "--v=2",
-	})
-	if err != nil {
+	}
+	if n.kubelet, err = c.startRole(roleKubelet, spec.Name+"-kubelet", "nsenter", n.kubeletArgs); err != nil {
 		return nil, err
 	}
-	n.kubelet.role = roleKubelet
 	return n, nil
 }
 
@@ -246,8 +258,8 @@ func (c *Cluster) importImages(ctx context.Context, n *node) error {
 
 func (c *Cluster) waitNodeReady(ctx context.Context, n *node) error {
 	return poll(ctx, 3*time.Minute, "node "+n.info.Name+" Ready", func(ctx context.Context) (bool, error) {
-		if n.kubelet.exited() {
-			return false, fmt.Errorf("kubelet exited: %s", n.kubelet.tail())
+		if n.currentKubelet().exited() {
+			return false, fmt.Errorf("kubelet exited: %s", n.currentKubelet().tail())
 		}
 		node, err := c.client.CoreV1().Nodes().Get(ctx, n.info.Name, metav1.GetOptions{})
 		if err != nil {

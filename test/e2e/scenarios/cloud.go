@@ -3,6 +3,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -127,9 +128,26 @@ func (c *cloudClient) instance(ctx context.Context, id string) (cloudInstance, e
 
 // get GETs path with the admin token, if any, and returns the body of a 200 reply.
 func (c *cloudClient) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	return c.admin(ctx, http.MethodGet, path, nil)
+}
+
+// putJSON PUTs body to an admin path and returns the body of a 200 reply.
+func (c *cloudClient) putJSON(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return c.admin(ctx, http.MethodPut, path, body)
+}
+
+// admin sends a request to fakecloud's admin API with the admin token, if any, and returns the body of a 200 reply.
+func (c *cloudClient) admin(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var in io.Reader
+	if body != nil {
+		in = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, in)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.creds.AdminToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.creds.AdminToken)
@@ -139,14 +157,14 @@ func (c *cloudClient) get(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(out)))
 	}
-	return body, nil
+	return out, nil
 }
 
 func (c *cloudClient) getJSON(ctx context.Context, path string, out any) error {
@@ -160,7 +178,7 @@ func (c *cloudClient) getJSON(ctx context.Context, path string, out any) error {
 	return nil
 }
 
-// requestCount is how many EC2 requests of action fakecloud answered with code (an EC2 error code, or "Success"),
+// requestCount is how many EC2 requests of action fakecloud answered with code (an EC2 error code, or "Success"; "" for any),
 // from its /metrics counter diskforge_fakecloud_requests_total.
 func (c *cloudClient) requestCount(ctx context.Context, action, code string) (float64, error) {
 	body, err := c.get(ctx, "/metrics")
@@ -176,7 +194,7 @@ func (c *cloudClient) requestCount(ctx context.Context, action, code string) (fl
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
 		if !ok || !slices.Contains(strings.Split(labels, ","), fmt.Sprintf("action=%q", action)) ||
-			!slices.Contains(strings.Split(labels, ","), fmt.Sprintf("code=%q", code)) {
+			(code != "" && !slices.Contains(strings.Split(labels, ","), fmt.Sprintf("code=%q", code))) {
 			continue
 		}
 		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)

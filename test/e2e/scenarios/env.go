@@ -34,6 +34,9 @@ type environment struct {
 	nodes []cluster.NodeInfo
 	// repoList is the local cluster's KUBE_TEST_REPO_LIST for Kubernetes' e2e suite.
 	repoList string
+	// ssh reaches the local cluster's nodes over SSH (e2e.test's KUBE_SSH_KEY_PATH, KUBE_SSH_USER); empty for
+	// -kubeconfig, whose nodes the suite then reaches with its provider's defaults, if at all.
+	ssh cluster.SSHInfo
 	// testImage is the application pods' image: busybox, present on every node.
 	testImage string
 	// skip says why the scenarios cannot run here (not root for the local cluster).

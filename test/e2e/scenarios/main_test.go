@@ -118,7 +118,7 @@ func mainRun(m *testing.M) int {
 	info := c.Info()
 	env = environment{local: true, root: root, kubeconfig: info.Kubeconfig, cloudURL: info.CloudURL, cloud: info.Cloud, hostChecks: true,
 		scope: []string{"/var/lib/kubelet"}, cloudVolumesDir: info.CloudVolumesDir, nodes: info.Nodes,
-		testImage: info.TestImage, repoList: info.RepoList}
+		testImage: info.TestImage, repoList: info.RepoList, ssh: info.SSH}
 	env.resolvePaths()
 	logf("local cluster up in %s: kubeconfig %s, cloud %s, work dir %s", time.Since(start).Round(time.Millisecond),
 		info.Kubeconfig, info.CloudURL, info.WorkDir)
