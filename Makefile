@@ -50,13 +50,15 @@ test-clients:
 # Debian's runc, and the kind overlay applied as pods of the images make image builds; then the scenarios (S0-S8)
 # and a focused subset of Kubernetes' external storage suite (e2e.test: 16 specs, two of them kubelet restarts over
 # SSH; ciSpecs in test/e2e/scenarios/external_test.go, about 7 minutes: it fails unless exactly those specs ran and
-# passed). The binaries are built once into .cache/e2e-bin. E2E_EXTERNAL=false leaves the external suite out; make
+# passed), then the node-life scenarios (TestNodeLife, L1-L5: startup taint, drain and shutdown, node loss, stuck
+# attachment, attach limit; about 6 minutes). The binaries are built once into .cache/e2e-bin.
+# E2E_EXTERNAL=false leaves the external suite out; make
 # e2e-conformance runs all of it but the disruptive specs, make e2e-disruptive those. Each run of the suite keeps
 # its report under _output/e2e-external.
 E2E_EXTERNAL ?= true
 e2e: image
 	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ ./external/... && \
-		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ $(if $(filter true,$(E2E_EXTERNAL)),,-run '^TestE2E$$') \
+		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ $(if $(filter true,$(E2E_EXTERNAL)),,-run '^(TestE2E|TestNodeLife)$$') \
 			-args -external=$(E2E_EXTERNAL)
 
 # Kubernetes' external storage suite, all of it but its disruptive specs (which restart kubelets over SSH), on a

@@ -5,22 +5,7 @@
 // (Attachments).
 package nodelife
 
-import (
-	"context"
-	"time"
-)
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+import "time"
 
 // backoff doubles a retry delay from initial up to limit.
 type backoff struct{ next, limit time.Duration }

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 )
 
 // DefaultShutdownPoll is how often a shutdown wait looks at the attachments cache.
@@ -183,7 +185,7 @@ func (s *Shutdown) wait() ShutdownResult {
 				last = len(vas)
 			}
 		}
-		if !sleep(ctx, s.opts.Poll) {
+		if ctxsleep.Sleep(ctx, s.opts.Poll) != nil {
 			res.Waited = time.Since(start)
 			klog.InfoS("Stopped waiting for the Node's volumes to be detached: the bound passed", "node", s.opts.NodeName,
 				"reason", reason, "remaining", res.Remaining, "synced", synced, "waited", res.Waited)

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 )
 
 // StartupTaintKey is the taint a node pool puts on its nodes when they register (kubelet's
@@ -59,7 +61,7 @@ func (s *StartupTaint) Run(ctx context.Context) (time.Duration, error) {
 			break
 		}
 		s.logFailure(err, "read the Node")
-		if !sleep(ctx, retry.delay()) {
+		if ctxsleep.Sleep(ctx, retry.delay()) != nil {
 			return 0, ctx.Err()
 		}
 	}
@@ -82,7 +84,7 @@ func (s *StartupTaint) Run(ctx context.Context) (time.Duration, error) {
 			return took, nil
 		}
 		s.logFailure(err, "remove the startup taint")
-		if !sleep(ctx, retry.delay()) {
+		if ctxsleep.Sleep(ctx, retry.delay()) != nil {
 			return 0, ctx.Err()
 		}
 	}
@@ -124,7 +126,7 @@ func (s *StartupTaint) waitRegistered(ctx context.Context) (time.Time, error) {
 			s.logFailure(err, "read the CSINode")
 			wait = retry.delay()
 		}
-		if !sleep(ctx, wait) {
+		if ctxsleep.Sleep(ctx, wait) != nil {
 			return time.Time{}, ctx.Err()
 		}
 	}

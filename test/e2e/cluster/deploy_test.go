@@ -12,15 +12,7 @@ import (
 // TestRenderLocalOverlay renders the kind overlay as the harness applies it: the registrar and liveness probe are
 // ours, and every other image is the overlay's own.
 func TestRenderLocalOverlay(t *testing.T) {
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Cluster{opts: Options{RepoRoot: root}}
-	objs, err := c.renderManifests(LocalOverlay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderLocalOverlay(t)
 	images := map[string]bool{}
 	for _, o := range objs {
 		if k := o.GetKind(); k != "Deployment" && k != "DaemonSet" {
@@ -44,6 +36,21 @@ func TestRenderLocalOverlay(t *testing.T) {
 	}
 }
 
+// renderLocalOverlay renders the overlay the harness applies, from this repository.
+func renderLocalOverlay(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{opts: Options{RepoRoot: root}}
+	objs, err := c.renderManifests(LocalOverlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 func unstructuredContainers(obj map[string]any) ([]string, bool, error) {
 	spec, _ := obj["spec"].(map[string]any)
 	tmpl, _ := spec["template"].(map[string]any)
@@ -61,15 +68,7 @@ func unstructuredContainers(obj map[string]any) ([]string, bool, error) {
 // TestInstanceMetadataWiring checks that the rendered overlay gets fakecloud's per-instance metadata listeners and
 // the node plugin its node's metadata address, the pair the harness's relays join.
 func TestInstanceMetadataWiring(t *testing.T) {
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Cluster{opts: Options{RepoRoot: root}}
-	objs, err := c.renderManifests(LocalOverlay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderLocalOverlay(t)
 	if err := withInstanceMetadata(objs); err != nil {
 		t.Fatal(err)
 	}

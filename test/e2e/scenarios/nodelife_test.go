@@ -153,8 +153,7 @@ func scenarioDrainShutdown(t *testing.T, r *run) {
 	r.needZones(t, 2, false)
 	from, to := r.nodesA[1], r.nodesA[0]
 	const set = "drained"
-	p := r.startStatefulSet(t, set, from)
-	data := r.writeData(t, p.Name, dataDir, "diskforge e2e drain "+r.ns)
+	data := r.startStatefulSet(t, set, from)
 	ctl := r.nodeControl(t)
 
 	timeout := 3 * waitTimeout
@@ -197,8 +196,7 @@ func scenarioNodeLoss(t *testing.T, r *run) {
 	r.needZones(t, 2, false)
 	lost, to := r.nodesA[1], r.nodesA[0]
 	const set = "lost"
-	p := r.startStatefulSet(t, set, lost)
-	data := r.writeData(t, p.Name, dataDir, "diskforge e2e node loss "+r.ns)
+	data := r.startStatefulSet(t, set, lost)
 	ctl := r.nodeControl(t)
 	cli := r.awsCLI(t)
 
@@ -590,8 +588,8 @@ func (r *run) drain(t testing.TB, nodeName string) {
 }
 
 // startStatefulSet runs a one-replica StatefulSet whose claim (ext4, zone a) is made for the pod, which prefers
-// node n, and waits for its pod to run there.
-func (r *run) startStatefulSet(t *testing.T, name string, n node) *corev1.Pod {
+// node n, waits for its pod to run there and has it write (and sync) a data file.
+func (r *run) startStatefulSet(t *testing.T, name string, n node) dataFile {
 	t.Helper()
 	one := int32(1)
 	// The claim comes from the template: the pod names it by the template's name, with no volume of its own.
@@ -619,7 +617,7 @@ func (r *run) startStatefulSet(t *testing.T, name string, n node) *corev1.Pod {
 	_, pv := r.waitPVCBound(t, "data-"+name+"-0")
 	r.notePV(pv.Name)
 	r.noteVolume(pv.Spec.CSI.VolumeHandle)
-	return p
+	return r.writeData(t, p.Name, dataDir, fmt.Sprintf("diskforge e2e %s %s", r.ns, name))
 }
 
 // waitStatefulPodOn waits for the StatefulSet's pod to run on n, its containers ready.
