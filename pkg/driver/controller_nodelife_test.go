@@ -1,15 +1,8 @@
 package driver
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,60 +20,6 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
-// requestLog records the EC2 requests that pass through its proxy, as fakecloud receives them.
-type requestLog struct {
-	mu   sync.Mutex
-	reqs []url.Values
-}
-
-// count counts the requests of action whose parameters include every key=value of with.
-func (l *requestLog) count(action string, with ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-next:
-	for _, v := range l.reqs {
-		if v.Get("Action") != action {
-			continue
-		}
-		for _, kv := range with {
-			k, want, _ := strings.Cut(kv, "=")
-			if v.Get(k) != want {
-				continue next
-			}
-		}
-		n++
-	}
-	return n
-}
-
-// proxyFakecloud serves a recording proxy to the fakecloud at target until the test ends.
-func proxyFakecloud(t *testing.T, target string) (*requestLog, string) {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	log := &requestLog{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if v, err := url.ParseQuery(string(body)); err == nil {
-			log.mu.Lock()
-			log.reqs = append(log.reqs, v)
-			log.mu.Unlock()
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return log, srv.URL
-}
-
 // Nodes of the node-life cloud: two in zone A, each holding at most two volumes.
 const (
 	lifeNode1 = "i-0a000000000000001"
@@ -92,7 +31,7 @@ const (
 type lifeDriver struct {
 	csi.ControllerClient
 	env *fakecloudtest.Env
-	log *requestLog
+	log *fakecloudtest.RequestLog
 }
 
 // newLifeDriver stands the controller up with the stuck bound and fakecloud's initial faults.
@@ -101,7 +40,7 @@ func newLifeDriver(t *testing.T, bound time.Duration, f faults.Config, d state.D
 	cfg := fakecloud.DefaultCloud()
 	cfg.Instances = []state.InstanceSpec{{ID: lifeNode1, Zone: "us-east-1a", AttachmentLimit: 2}, {ID: lifeNode2, Zone: "us-east-1a", AttachmentLimit: 2}}
 	env := fakecloudtest.Start(t, fakecloudtest.Options{Cloud: &cfg, NoSync: true, Faults: f, Durations: d})
-	log, endpoint := proxyFakecloud(t, env.URL)
+	log, endpoint := fakecloudtest.RecordingProxy(t, env.URL)
 	c, err := ec2cloud.New(context.Background(), ec2cloud.Options{Endpoint: endpoint, Region: env.Region,
 		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
 		Wait:               ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
@@ -200,10 +139,10 @@ func TestControllerPublishStuckAttachment(t *testing.T) {
 					t.Errorf("publish %d: message %q does not say the attachment is still attaching", i+1, status.Convert(err).Message())
 				}
 			}
-			if got := d.log.count("AttachVolume"); got != tc.attaches {
+			if got := d.log.Count("AttachVolume"); got != tc.attaches {
 				t.Errorf("fakecloud saw %d AttachVolume, want %d", got, tc.attaches)
 			}
-			if got, all := d.log.count("DetachVolume", "Force=true"), d.log.count("DetachVolume"); got != tc.forced || all != tc.forced {
+			if got, all := d.log.Count("DetachVolume", "Force=true"), d.log.Count("DetachVolume"); got != tc.forced || all != tc.forced {
 				t.Errorf("fakecloud saw %d DetachVolume, %d forced; want %d, all forced", all, got, tc.forced)
 			}
 			dev := resp.GetPublishContext()[PublishDevicePath]

@@ -1,14 +1,7 @@
 package ec2cloud
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,72 +14,13 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 )
 
-// ec2Recorder records the parameters of every EC2 request that passes through its proxy to fakecloud, as
-// fakecloud receives them.
-type ec2Recorder struct {
-	mu   sync.Mutex
-	reqs []url.Values
-}
-
-// recordingProxy serves a proxy to target that records every request, until the test ends; it returns the
-// proxy's URL.
-func recordingProxy(t testing.TB, target string) (*ec2Recorder, string) {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rec := &ec2Recorder{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if v, err := url.ParseQuery(string(body)); err == nil {
-			rec.mu.Lock()
-			rec.reqs = append(rec.reqs, v)
-			rec.mu.Unlock()
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return rec, srv.URL
-}
-
-// actions returns the requests of one action.
-func (r *ec2Recorder) actions(action string) []url.Values {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []url.Values
-	for _, v := range r.reqs {
-		if v.Get("Action") == action {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// forced counts the DetachVolume requests with Force=true.
-func (r *ec2Recorder) forced() int {
-	n := 0
-	for _, v := range r.actions("DetachVolume") {
-		if v.Get("Force") == "true" {
-			n++
-		}
-	}
-	return n
-}
-
 // stuckEnv is a cloud with a short stuck bound whose requests are recorded; stuck holds the next attachments.
-func stuckEnv(t *testing.T, bound time.Duration, stuck ...string) (*testEnv, *ec2Recorder) {
+func stuckEnv(t *testing.T, bound time.Duration, stuck ...string) (*testEnv, *fakecloudtest.RequestLog) {
 	t.Helper()
-	var rec *ec2Recorder
+	var rec *fakecloudtest.RequestLog
 	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(0), Faults: faults.Config{Stuck: stuck}}, func(o *Options) {
 		o.AttachStuckTimeout = bound
-		rec, o.Endpoint = recordingProxy(t, o.Endpoint)
+		rec, o.Endpoint = fakecloudtest.RecordingProxy(t, o.Endpoint)
 	})
 	return e, rec
 }
@@ -156,10 +90,10 @@ func TestAttachStuck(t *testing.T) {
 					t.Errorf("fakecloud has %+v, want attached as %s", v.Attachments, a.Device)
 				}
 			}
-			attaches := rec.actions("AttachVolume")
-			if len(attaches) != tc.attaches || rec.forced() != tc.forced || len(rec.actions("DetachVolume")) != tc.forced {
+			attaches := rec.Requests("AttachVolume")
+			if len(attaches) != tc.attaches || rec.Count("DetachVolume", "Force=true") != tc.forced || len(rec.Requests("DetachVolume")) != tc.forced {
 				t.Errorf("AttachVolume %d, DetachVolume %d (forced %d); want %d, %d forced", len(attaches),
-					len(rec.actions("DetachVolume")), rec.forced(), tc.attaches, tc.forced)
+					len(rec.Requests("DetachVolume")), rec.Count("DetachVolume", "Force=true"), tc.attaches, tc.forced)
 			}
 			if tc.attaches >= 2 && attaches[0].Get("Device") == attaches[1].Get("Device") {
 				t.Errorf("the attach after a stuck one reused its device %s", attaches[0].Get("Device"))
@@ -217,11 +151,11 @@ func TestAttachFoundStuck(t *testing.T) {
 			if got := hasAttachment(v, inst1); got != tc.attached {
 				t.Errorf("attached = %v (%+v), want %v", got, v.Attachments, tc.attached)
 			}
-			if rec.forced() != 1 {
-				t.Errorf("forced detaches %d, want 1", rec.forced())
+			if rec.Count("DetachVolume", "Force=true") != 1 {
+				t.Errorf("forced detaches %d, want 1", rec.Count("DetachVolume", "Force=true"))
 			}
 			// The one found stuck was detached at once: no wait through a bound of its own first.
-			if n := len(rec.actions("AttachVolume")); tc.attached && n != 1 {
+			if n := len(rec.Requests("AttachVolume")); tc.attached && n != 1 {
 				t.Errorf("AttachVolume %d, want 1 (the new attachment)", n)
 			}
 			if dev := e.heldDevice(inst1, d.ID); !tc.attached && dev != "" {
