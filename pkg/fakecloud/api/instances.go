@@ -28,39 +28,30 @@ func changesOf(changes []state.InstanceStateChange) *instanceChangesResponse {
 }
 
 func (h *Handler) startInstances(p *params) (response, error) {
-	ids, dry := p.list("InstanceId"), p.boolean("DryRun")
-	if p.err != nil {
-		return nil, p.err
-	}
-	changes, err := h.state.StartInstances(ids, dry)
-	if err != nil {
-		return nil, err
-	}
-	return changesOf(changes), nil
+	return instanceChanges(p, func(ids []string, _, dry bool) ([]state.InstanceStateChange, error) {
+		return h.state.StartInstances(ids, dry)
+	})
 }
 
 func (h *Handler) stopInstances(p *params) (response, error) {
-	// SkipOsShutdown, like Force, stops the instance without waiting for its guest.
-	ids, force, dry := p.list("InstanceId"), p.boolean("Force") || p.boolean("SkipOsShutdown"), p.boolean("DryRun")
 	if p.boolean("Hibernate") {
 		p.fail(ec2err.New(ec2err.CodeUnsupportedOperation, "Hibernation is not supported by fakecloud instances."))
 	}
-	if p.err != nil {
-		return nil, p.err
-	}
-	changes, err := h.state.StopInstances(ids, force, dry)
-	if err != nil {
-		return nil, err
-	}
-	return changesOf(changes), nil
+	return instanceChanges(p, h.state.StopInstances)
 }
 
 func (h *Handler) terminateInstances(p *params) (response, error) {
+	return instanceChanges(p, h.state.TerminateInstances)
+}
+
+// instanceChanges reads what Start, Stop and TerminateInstances share (InstanceId.N, Force — or SkipOsShutdown,
+// which like Force skips the guest's shutdown — and DryRun), makes the change and answers it.
+func instanceChanges(p *params, change func(ids []string, force, dry bool) ([]state.InstanceStateChange, error)) (response, error) {
 	ids, force, dry := p.list("InstanceId"), p.boolean("Force") || p.boolean("SkipOsShutdown"), p.boolean("DryRun")
 	if p.err != nil {
 		return nil, p.err
 	}
-	changes, err := h.state.TerminateInstances(ids, force, dry)
+	changes, err := change(ids, force, dry)
 	if err != nil {
 		return nil, err
 	}
