@@ -69,4 +69,6 @@ next:
 }
 
 // Count counts the requests Requests would return.
-func (l *RequestLog) Count(action string, with ...string) int { return len(l.Requests(action, with...)) }
+func (l *RequestLog) Count(action string, with ...string) int {
+	return len(l.Requests(action, with...))
+}
