@@ -197,16 +197,32 @@ func runController(ctx context.Context, args []string) error {
 					if err := enc.Encode(r); err != nil {
 						return err
 					}
-					if r.FloorSeconds > 0 {
-						fmt.Fprintf(os.Stderr, "%s %s %s: %d cycles in %.1f s, floor %.1f s: %.2f× the floor; %d errors, %.0f throttled (%.1f %%), %d volumes left, %d duplicated\n",
-							r.Driver, r.Profile, r.Start, r.Cycles, r.WallSeconds, r.FloorSeconds, r.WallToFloor, r.Errors,
-							r.Throttled, 100*r.ThrottledShare, r.Left, r.Duplicated)
-					}
+					fmt.Fprintln(os.Stderr, summary(r))
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// summary is one run in a line, the figures #24's targets name: wall time (against the floor, when the
+// profile has one), errors, volumes left and duplicated, calls per cycle and the share throttled, retries,
+// and the p50 of CreateVolume and ControllerPublishVolume.
+func summary(r *result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s: %d cycles in %.1f s", r.Driver, r.Profile, r.Start, r.Cycles, r.WallSeconds)
+	if r.FloorSeconds > 0 {
+		fmt.Fprintf(&b, ", floor %.1f s: %.2f× the floor", r.FloorSeconds, r.WallToFloor)
+	}
+	retries := 0
+	for _, n := range r.Retries {
+		retries += n
+	}
+	fmt.Fprintf(&b, "; %d errors, %d volumes left, %d duplicated; %.2f calls/cycle, %.0f throttled (%.1f %%); %d retries",
+		r.Errors, r.Left, r.Duplicated, r.CallsPerCycle, r.Throttled, 100*r.ThrottledShare, retries)
+	fmt.Fprintf(&b, "; p50 CreateVolume %.3f s, ControllerPublishVolume %.3f s",
+		r.Latency["CreateVolume"].P50, r.Latency["ControllerPublishVolume"].P50)
+	return b.String()
 }
 
 func (b *controllerBench) instances() (ids []string, spec string) {

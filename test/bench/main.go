@@ -7,9 +7,10 @@
 //
 // controller runs N parallel CreateVolume → ControllerPublish → ControllerUnpublish → DeleteVolume cycles for
 // each profile (instant transitions and 1 s create/attach/detach, the cycles all at once; and 1 s transitions
-// with the cycles arriving evenly over 10 s), with a fresh fakecloud per run, and prints one
-// JSON object per run: EC2 calls per cycle and per action, p50/p99 per RPC, wall time, errors. Several
-// drivers are run in turn within each round, so their numbers come from the same minutes of a noisy machine.
+// with the cycles arriving evenly over 10 s), with a fresh fakecloud per run, and prints one JSON object per
+// run: EC2 calls per cycle and per action, p50/p99 per RPC, wall time, errors; and, on stderr, a line per run
+// with the figures issue #24's targets name. Several drivers are run in turn within each round, so their
+// numbers come from the same minutes of a noisy machine.
 //
 // controller --rate-limits ec2 starts fakecloud with EC2's per-action buckets and reports, per run, the floor:
 // the shortest time any client could run the burst under those buckets and the transitions (the slowest

@@ -20,6 +20,8 @@ type batcher[T any] struct {
 	size     int
 	timeout  time.Duration
 	metrics  *metrics
+	// spacing is the least time between the starts of two calls, asked before each (0: none).
+	spacing func() time.Duration
 
 	mu   sync.Mutex
 	subs map[string]map[*subscription[T]]struct{}
@@ -29,6 +31,8 @@ type batcher[T any] struct {
 	inflight  uint64
 	running   bool
 	requested bool
+	// lastStart is when the latest call started.
+	lastStart time.Time
 	// recent is the latest observation of each ID, kept for recentWindow (see last).
 	recent map[string]observation[T]
 }
@@ -47,8 +51,13 @@ type observation[T any] struct {
 	at    time.Time
 }
 
-func newBatcher[T any](resource string, fetch func(ctx context.Context, ids []string) (map[string]T, error), o WaitOptions, m *metrics) *batcher[T] {
-	return &batcher[T]{resource: resource, fetch: fetch, size: o.BatchSize, timeout: o.FetchTimeout, metrics: m,
+// newBatcher makes a batcher; spacing may be nil (no spacing).
+func newBatcher[T any](resource string, fetch func(ctx context.Context, ids []string) (map[string]T, error), o WaitOptions, m *metrics,
+	spacing func() time.Duration) *batcher[T] {
+	if spacing == nil {
+		spacing = func() time.Duration { return 0 }
+	}
+	return &batcher[T]{resource: resource, fetch: fetch, size: o.BatchSize, timeout: o.FetchTimeout, metrics: m, spacing: spacing,
 		subs: map[string]map[*subscription[T]]struct{}{}, recent: map[string]observation[T]{}}
 }
 
@@ -176,7 +185,8 @@ func (b *batcher[T]) get(ctx context.Context, id string) (observation[T], error)
 	}
 }
 
-// run makes calls while they are requested, one after the other.
+// run makes calls while they are requested, one after the other, no closer than spacing: requests that
+// arrive while it holds off are served together by the next call.
 func (b *batcher[T]) run() {
 	for {
 		b.mu.Lock()
@@ -185,6 +195,12 @@ func (b *batcher[T]) run() {
 			b.mu.Unlock()
 			return
 		}
+		if wait := time.Until(b.lastStart.Add(b.spacing())); wait > 0 {
+			b.mu.Unlock()
+			time.Sleep(wait)
+			continue
+		}
+		b.lastStart = time.Now()
 		b.requested = false
 		b.started++
 		seq := b.started

@@ -49,7 +49,7 @@ func (f *fakeFetch) count() int {
 }
 
 func testBatcher(f *fakeFetch, size int) *batcher[int] {
-	return newBatcher("test", f.fetch, WaitOptions{BatchSize: size}.withDefaults(), newMetrics(nil))
+	return newBatcher("test", f.fetch, WaitOptions{BatchSize: size}.withDefaults(), newMetrics(nil), nil)
 }
 
 // subscribers counts the batcher's subscriptions.

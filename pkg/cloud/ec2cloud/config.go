@@ -39,6 +39,8 @@ type Options struct {
 
 	Wait  WaitOptions
 	Retry RetryOptions
+	// Pace keeps calls within EC2's request buckets (pace.go); on by default.
+	Pace PaceOptions
 
 	// AttachStuckTimeout is how long an attachment may stay attaching before AttachDisk (or
 	// WaitForAttachment) force-detaches it and attaches again, once per call; 0 (or less) never does. The
@@ -61,7 +63,9 @@ type Cloud struct {
 	wait      WaitOptions
 	retry     *retryers
 	metrics   *metrics
-	devices   *deviceAllocator
+	// pacer paces calls per action; nil when Options.Pace.Off.
+	pacer   *pacer
+	devices *deviceAllocator
 	// estimates learn how long transitions take, for the first poll of a wait.
 	estimates *durationEstimates
 	// stuckAfter is Options.AttachStuckTimeout; 0 is off.
@@ -114,6 +118,10 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 	o.Retry = o.Retry.withDefaults()
 	m := newMetrics(o.Registerer)
 	r := newRetryers(o.Retry)
+	var p *pacer
+	if !o.Pace.Off {
+		p = newPacer(o.Pace, realClock{}, m)
+	}
 	client := ec2.NewFromConfig(cfg, func(eo *ec2.Options) {
 		if o.Endpoint != "" {
 			eo.BaseEndpoint = aws.String(o.Endpoint)
@@ -121,19 +129,30 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 		// Our retryers govern; AWS_MAX_ATTEMPTS and AWS_RETRY_MODE would otherwise wrap them.
 		eo.Retryer, eo.RetryMaxAttempts, eo.RetryMode = r.describe, 0, ""
 		eo.APIOptions = append(eo.APIOptions, m.addMiddleware)
+		if p != nil {
+			eo.APIOptions = append(eo.APIOptions, p.addMiddleware)
+		}
 	})
-	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m,
+	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m, pacer: p,
 		stuckAfter: max(o.AttachStuckTimeout, 0)}
 	c.devices = newDeviceAllocator(c.describeInstanceDevices)
 	c.estimates = newDurationEstimates(4 * o.Wait.Initial)
-	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m)
-	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m)
-	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m)
-	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m)
+	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m, c.pollSpacing)
+	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m, c.pollSpacing)
+	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m, c.pollSpacing)
+	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m, c.pollSpacing)
 	c.modifiers = newModifiers(c)
 	klog.V(2).InfoS("EC2 cloud configured", "region", cfg.Region, "endpoint", o.Endpoint, "clusterID", o.ClusterID,
-		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode, "attachStuckTimeout", c.stuckAfter)
+		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode, "paced", p != nil, "attachStuckTimeout", c.stuckAfter)
 	return c
+}
+
+// pollSpacing is the least time between two calls of a batcher (see pacer.pollSpacing).
+func (c *Cloud) pollSpacing() time.Duration {
+	if c.pacer == nil {
+		return 0
+	}
+	return c.pacer.pollSpacing()
 }
 
 // idleConnsPerHost is how many connections to the endpoint stay open between calls. The SDK keeps 10, so a

@@ -17,6 +17,7 @@ const (
 	metricDuration  = "diskforge_cloud_api_request_duration_seconds"
 	metricBatchSize = "diskforge_cloud_describe_batch_size"
 	metricWait      = "diskforge_cloud_wait_duration_seconds"
+	metricPaced     = "diskforge_cloud_api_pacing_seconds"
 )
 
 // codeSuccess labels requests that succeeded.
@@ -31,6 +32,8 @@ type metrics struct {
 	batchSize *prometheus.HistogramVec
 	// waitDuration times waits for asynchronous work, from the accepted call to the observed result.
 	waitDuration *prometheus.HistogramVec
+	// paced times how long each attempt waited for its turn under the action's request bucket (pace.go).
+	paced *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,9 +57,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time waiting for asynchronous work (create, attach, detach, modify, snapshot) by result (done, failed, timeout).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}, []string{"operation", "result"}),
+		paced: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricPaced,
+			Help:    "Time an EC2 API request (HTTP attempt) waited for its turn under its action's request bucket, by action.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}, []string{"action"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.batchSize, m.waitDuration)
+		reg.MustRegister(m.requests, m.duration, m.batchSize, m.waitDuration, m.paced)
 	}
 	return m
 }

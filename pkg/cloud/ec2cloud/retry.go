@@ -21,12 +21,12 @@ const (
 )
 
 // RetryOptions shape the SDK's retries of throttling and 5xx answers. Each mutating action (CreateVolume,
-// AttachVolume...) gets a retryer of its own, with its own retry budget (token bucket) and, in adaptive mode,
-// its own client-side rate limiter, so throttling of one action does not starve the others. Describe calls
-// share another. Zero fields take the defaults.
+// AttachVolume...) gets a retryer of its own, with its own retry budget (token bucket), so a storm on one
+// action does not starve the others. Describe calls share another. Zero fields take the defaults.
 type RetryOptions struct {
-	// Mode is adaptive (default for mutating actions, as the EBS CSI driver does: standard retries plus a
-	// client-side rate limit that engages after throttling) or standard.
+	// Mode is standard (default: the pacer, pace.go, keeps calls within EC2's buckets, and a throttled attempt
+	// is retried after a short backoff) or adaptive (the SDK's client-side rate limiter on top, which shrinks
+	// the rate on every throttle and so slows a call down far more than random refusals call for).
 	Mode string
 	// MaxAttempts per mutating call, the first included. Default 10.
 	MaxAttempts int
@@ -34,8 +34,16 @@ type RetryOptions struct {
 	DescribeMaxAttempts int
 	// MaxBackoff caps the delay between attempts. Default 20s (the SDK's).
 	MaxBackoff time.Duration
-	// BaseDelay, when set, replaces the SDK's backoff (50ms base for errors, 1s for throttling) with full
-	// jitter over BaseDelay·2^attempt for every retryable error. Tests use it to keep storms short.
+	// ThrottleBaseDelay is the backoff base of a throttled attempt: full jitter over base·2^(attempt-1).
+	// Default 100ms: the pacer answers for EC2's buckets, so a refusal it did not foresee is mostly someone
+	// else's call or noise, worth another try soon (the SDK waits up to 1 s, then 2 s, ...).
+	ThrottleBaseDelay time.Duration
+	// ThrottleMaxBackoff caps the backoff of a throttled attempt. Default 1s: waiting for EC2's bucket is the
+	// pacer's part; the backoff only spreads the retries of refusals it did not foresee, and a random refusal
+	// five times in a row must not cost a call several seconds.
+	ThrottleMaxBackoff time.Duration
+	// BaseDelay, when set, replaces the backoff for every retryable error (throttling too) with full jitter
+	// over BaseDelay·2^attempt. Tests use it to keep storms short.
 	BaseDelay time.Duration
 	// Tokens is the retry budget of each retryer (the SDK's retry quota). Default 500, the SDK's.
 	Tokens uint
@@ -43,7 +51,7 @@ type RetryOptions struct {
 
 func (o RetryOptions) withDefaults() RetryOptions {
 	if o.Mode == "" {
-		o.Mode = RetryModeAdaptive
+		o.Mode = RetryModeStandard
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 10
@@ -53,6 +61,12 @@ func (o RetryOptions) withDefaults() RetryOptions {
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = retry.DefaultMaxBackoff
+	}
+	if o.ThrottleBaseDelay <= 0 {
+		o.ThrottleBaseDelay = 100 * time.Millisecond
+	}
+	if o.ThrottleMaxBackoff <= 0 {
+		o.ThrottleMaxBackoff = min(time.Second, o.MaxBackoff)
 	}
 	if o.Tokens == 0 {
 		o.Tokens = retry.DefaultRetryRateTokens
@@ -83,6 +97,11 @@ func (r *retryers) standardOptions(maxAttempts int) func(*retry.StandardOptions)
 		so.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(notRetried)}, so.Retryables...)
 		if r.opts.BaseDelay > 0 {
 			so.Backoff = fullJitter{base: r.opts.BaseDelay, max: r.opts.MaxBackoff}
+		} else {
+			so.Backoff = throttleJitter{
+				throttle: fullJitter{base: r.opts.ThrottleBaseDelay, max: r.opts.ThrottleMaxBackoff},
+				other:    fullJitter{base: otherBaseDelay, max: r.opts.MaxBackoff},
+			}
 		}
 	}
 }
@@ -136,6 +155,21 @@ type filteredRetryer struct {
 
 func (f filteredRetryer) IsErrorRetryable(err error) bool {
 	return f.keep(err) && f.RetryerV2.IsErrorRetryable(err)
+}
+
+// otherBaseDelay is the backoff base of attempts that failed other than throttled: the SDK's.
+const otherBaseDelay = 50 * time.Millisecond
+
+// throttleJitter backs off throttled attempts by throttle and others as other.
+type throttleJitter struct {
+	throttle, other fullJitter
+}
+
+func (j throttleJitter) BackoffDelay(attempt int, err error) (time.Duration, error) {
+	if isThrottleCode(errorCode(err)) {
+		return j.throttle.BackoffDelay(attempt, err)
+	}
+	return j.other.BackoffDelay(attempt, err)
 }
 
 // fullJitter is rand[0,1) · min(base·2^(attempt-1), max).

@@ -133,7 +133,7 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 	}()
 	if c.unbatched {
 		// For comparison in benchmarks only: every wait polls on its own.
-		b = newBatcher(b.resource, b.fetch, c.wait, c.metrics)
+		b = newBatcher(b.resource, b.fetch, c.wait, c.metrics, b.spacing)
 	}
 	var sleep time.Duration
 	if !c.wait.FixedSchedule {

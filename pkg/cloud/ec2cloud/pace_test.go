@@ -1,0 +1,484 @@
+package ec2cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/smithy-go"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+)
+
+// paceStep is one thing that happens to a bucketState at a time after the start: a call asks to go (grant),
+// a call ends (finish), or a call is given back unsent.
+type paceStep struct {
+	at      time.Duration
+	op      string     // "grant", "finish", "giveBack"
+	ticket  ticketKind // finish, giveBack
+	outcome outcome
+	// grant: whether the call goes, on which ticket, or how long until it may.
+	wantOK     bool
+	wantTicket ticketKind
+	wantWait   time.Duration
+	// after the step; wantPaced is checked only when checkPaced.
+	wantThrottled bool
+	checkPaced    bool
+	wantPaced     bool
+}
+
+// grants returns n steps at at that each get a model token.
+func grants(at time.Duration, n int) []paceStep {
+	out := make([]paceStep, n)
+	for i := range out {
+		out[i] = paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketModel}
+	}
+	return out
+}
+
+func steps(parts ...[]paceStep) []paceStep { return slices.Concat(parts...) }
+
+func one(s paceStep) []paceStep { return []paceStep{s} }
+
+// primed is a bucketState that has seen accepted and refused model calls, for its noise estimate.
+func primed(s *bucketState, accepted, refused int) *bucketState {
+	for range accepted {
+		s.sample(false)
+	}
+	for range refused {
+		s.sample(true)
+	}
+	return s
+}
+
+func TestBucketState(t *testing.T) {
+	lim := Limit{PerSecond: 5, Burst: 3} // a token every 200ms
+	ms := time.Millisecond
+	probe := func(at time.Duration, throttled bool) paceStep {
+		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe, wantThrottled: throttled}
+	}
+	model := func(at time.Duration, throttled bool) paceStep {
+		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketModel, wantThrottled: throttled}
+	}
+	wait := func(at, d time.Duration, throttled bool) paceStep {
+		return paceStep{at: at, op: "grant", wantWait: d, wantThrottled: throttled}
+	}
+	end := func(at time.Duration, t ticketKind, o outcome, throttled bool) paceStep {
+		return paceStep{at: at, op: "finish", ticket: t, outcome: o, wantThrottled: throttled}
+	}
+	tests := []struct {
+		name string
+		// accepted and refused model calls seen before the steps (noise: (refused+1)/(all+2)).
+		accepted, refused int
+		steps             []paceStep
+	}{
+		{
+			name: "the model's burst goes at once, then one probe, then the calls wait for the next token",
+			steps: steps(grants(0, 3), one(probe(0, false)), one(wait(0, 200*ms, false)), one(wait(100*ms, 100*ms, false)),
+				one(model(200*ms, false))),
+		},
+		{
+			name: "accepted probes widen the window and take what the model had",
+			steps: steps(grants(0, 3), one(probe(0, false)), one(end(0, ticketProbe, outcomeAccepted, false)),
+				one(probe(0, false)), one(probe(0, false)),
+				one(wait(0, 200*ms, false)),                           // the window of 2 is full, the model empty
+				one(end(100*ms, ticketProbe, outcomeAccepted, false)), // 0.5 - 1: still empty, not in debt
+				one(probe(100*ms, false)), one(probe(100*ms, false)), one(wait(100*ms, 200*ms, false)), one(model(300*ms, false))),
+		},
+		{
+			// Noise 0.03/33: one refused probe is evidence.
+			name:     "a refused probe, with no model call refused, pauses probing a refill interval, then twice as long",
+			accepted: 32,
+			steps: steps(grants(0, 3),
+				one(probe(0, false)),
+				one(paceStep{op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true, checkPaced: true}),
+				one(wait(100*ms, 100*ms, true)),
+				// The pause ends with the model's next token: one model call, then a probe.
+				one(model(200*ms, true)), one(probe(200*ms, true)),
+				one(paceStep{at: 200 * ms, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true,
+					checkPaced: true}),
+				// Second pause: 400ms, while the model gives a token every 200ms.
+				one(wait(300*ms, 100*ms, true)), one(model(400*ms, true)), one(wait(500*ms, 100*ms, true)),
+				one(model(600*ms, true)), one(probe(600*ms, true)),
+				// Third pause: 800ms; the fourth makes the action paced.
+				one(end(600*ms, ticketProbe, outcomeRefused, true)),
+				one(wait(700*ms, 100*ms, true)), one(model(800*ms, true)), one(model(1000*ms, true)), one(model(1200*ms, true)),
+				one(wait(1300*ms, 100*ms, true)), one(model(1400*ms, true)), one(probe(1400*ms, true)),
+				one(paceStep{at: 1400 * ms, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true,
+					checkPaced: true, wantPaced: true})),
+		},
+		{
+			name: "a refused model call empties the model: its token is not given back",
+			steps: steps(grants(0, 3), one(end(0, ticketModel, outcomeRefused, false)),
+				one(probe(0, false)), one(wait(0, 200*ms, false))),
+		},
+		{
+			name: "a refused model call empties the model of the tokens it still had",
+			steps: steps(grants(0, 1), one(end(0, ticketModel, outcomeRefused, false)),
+				one(probe(0, false)), one(wait(0, 200*ms, false))),
+		},
+		{
+			// Noise 10.03/33: its 5th power > 0.001 > its 6th.
+			name:     "random refusals of model calls make refused probes weaker evidence",
+			accepted: 22, refused: 10,
+			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
+		},
+		{
+			// Noise 16.03/33, half the model calls refused: six refused probes in a row all the same.
+			name:     "six refused probes in a row are evidence however noisy the model calls",
+			accepted: 16, refused: 16,
+			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
+		},
+		{
+			// Noise 0.03: its square < 0.001.
+			name:  "before any model call has ended, two refused probes are evidence",
+			steps: steps(grants(0, 3), probeRefusals(0, 1, false), probeRefusals(0, 1, true)),
+		},
+		{
+			// Were the model call's refusal noise, noise would be 1.03/34 and one refused probe too little.
+			name:     "a model call refused while a probe was out says nothing of noise",
+			accepted: 32,
+			steps: steps(grants(0, 3), one(probe(0, false)), one(model(200*ms, false)),
+				one(end(200*ms, ticketModel, outcomeRefused, false)), one(end(200*ms, ticketProbe, outcomeRefused, true))),
+		},
+		{
+			name:     "while throttled, probes go one at a time",
+			accepted: 32,
+			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
+				one(probe(200*ms, true)), one(wait(200*ms, 200*ms, true))),
+		},
+		{
+			name:     "probes accepted in a row end the episode",
+			accepted: 32,
+			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
+				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
+				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
+				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, false))),
+		},
+		{
+			name:     "a full model ends the episode",
+			accepted: 32,
+			steps: steps(grants(0, 3), probeRefusals(0, 1, true),
+				one(model(599*ms, true)), // 2.995 tokens: not full
+				one(model(1200*ms, false))),
+		},
+		{
+			name: "calls given back unsent return their token or probe slot",
+			steps: steps(grants(0, 3), one(probe(0, false)),
+				one(paceStep{op: "giveBack", ticket: ticketProbe}), one(paceStep{op: "giveBack", ticket: ticketModel}),
+				one(model(0, false)), one(probe(0, false))),
+		},
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := primed(newBucketState(lim, start), tt.accepted, tt.refused)
+			for i, st := range tt.steps {
+				now := start.Add(st.at)
+				switch st.op {
+				case "grant":
+					tk, ok, wait := s.grant(now)
+					if ok != st.wantOK || ok && tk.kind != st.wantTicket || !ok && wait != st.wantWait {
+						t.Fatalf("step %d (grant at %v): got ok=%v ticket=%v wait=%v, want ok=%v ticket=%v wait=%v (state %+v)",
+							i, st.at, ok, tk.kind, wait, st.wantOK, st.wantTicket, st.wantWait, *s)
+					}
+				case "finish":
+					s.finish(now, ticket{kind: st.ticket, probes: s.probesGranted}, st.outcome)
+				case "giveBack":
+					s.giveBack(ticket{kind: st.ticket})
+				default:
+					t.Fatalf("step %d: unknown op %q", i, st.op)
+				}
+				if s.throttled() != st.wantThrottled {
+					t.Fatalf("step %d (%s at %v): throttled %v, want %v (state %+v)", i, st.op, st.at, s.throttled(), st.wantThrottled, *s)
+				}
+				if st.checkPaced && s.paced() != st.wantPaced {
+					t.Fatalf("step %d (%s at %v): paced %v, want %v", i, st.op, st.at, s.paced(), st.wantPaced)
+				}
+			}
+		})
+	}
+}
+
+// probeRefusals is n probes at at, each refused before the next goes; throttled is the state after the last.
+func probeRefusals(at time.Duration, n int, throttled bool) []paceStep {
+	var out []paceStep
+	for i := range n {
+		out = append(out, paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe},
+			paceStep{at: at, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: throttled && i == n-1})
+	}
+	return out
+}
+
+func TestLimitOf(t *testing.T) {
+	limits := DefaultRequestLimits()
+	tests := []struct {
+		action string
+		want   Limit
+	}{
+		{"CreateVolume", Limit{PerSecond: 5, Burst: 100}},
+		{"DeleteVolume", Limit{PerSecond: 5, Burst: 100}},
+		{"CreateTags", Limit{PerSecond: 10, Burst: 100}},
+		{"AttachVolume", Limit{PerSecond: 5, Burst: 50}},
+		{"ModifyVolume", Limit{PerSecond: 5, Burst: 50}},
+		{"DescribeVolumes", Limit{PerSecond: 20, Burst: 100}},
+		{"DescribeInstances", Limit{PerSecond: 20, Burst: 100}},
+	}
+	for _, tt := range tests {
+		if got, ok := limitOf(limits, tt.action); !ok || got != tt.want {
+			t.Errorf("limitOf(%s) = %+v, %v; want %+v", tt.action, got, ok, tt.want)
+		}
+	}
+	if _, ok := limitOf(map[string]Limit{"CreateVolume": {PerSecond: 1, Burst: 1}}, "AttachVolume"); ok {
+		t.Error("an action no entry covers has a limit")
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	tests := []struct {
+		err  error
+		want outcome
+	}{
+		{nil, outcomeAccepted},
+		{&smithy.GenericAPIError{Code: "RequestLimitExceeded"}, outcomeRefused},
+		{&smithy.GenericAPIError{Code: "Throttling"}, outcomeRefused},
+		{&smithy.GenericAPIError{Code: "IncorrectState"}, outcomeAccepted},
+		{errors.New("connection reset"), outcomeUnknown},
+		{context.DeadlineExceeded, outcomeUnknown},
+	}
+	for _, tt := range tests {
+		if got := outcomeOf(tt.err); got != tt.want {
+			t.Errorf("outcomeOf(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// fakeClock runs timers when advanced.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, tm)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !tm.stopped
+		tm.stopped = true
+		return was
+	}
+}
+
+// advance moves the clock on by d and runs the timers due, in order, outside the clock's lock.
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*fakeTimer
+	kept := c.timers[:0]
+	for _, tm := range c.timers {
+		switch {
+		case tm.stopped:
+		case !tm.at.After(c.now):
+			due = append(due, tm)
+		default:
+			kept = append(kept, tm)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, tm := range due {
+		tm.f()
+	}
+}
+
+// queued waits until n calls wait in b's queue: synchronization with the goroutines, not a timing check.
+func queued(t *testing.T, b *bucket, n int) {
+	t.Helper()
+	for range 100000 {
+		b.mu.Lock()
+		l := len(b.queue)
+		b.mu.Unlock()
+		if l == n {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("%d calls never came to wait", n)
+}
+
+// TestBucketQueue: calls that find no room wait in order of arrival and go as tokens come; a call whose
+// context ends leaves the queue without taking anyone's turn or a token.
+func TestBucketQueue(t *testing.T) {
+	tests := []struct {
+		name    string
+		waiters int
+		cancel  []int // waiters whose context ends before the clock moves
+		// advances of 200ms (a token each), and the waiters that must have gone by then, in order.
+		advances int
+		want     []int
+	}{
+		{name: "in order of arrival", waiters: 3, advances: 3, want: []int{0, 1, 2}},
+		{name: "a caller that gives up leaves its turn to the next", waiters: 4, cancel: []int{1}, advances: 3, want: []int{0, 2, 3}},
+		{name: "no more calls go than tokens come", waiters: 4, advances: 2, want: []int{0, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+			s := newBucketState(Limit{PerSecond: 5, Burst: 2}, clk.Now())
+			// Empty, and probing paused for good: calls go on the model's tokens alone.
+			s.tokens, s.pauses, s.pausedUntil = 0, 1, clk.Now().Add(time.Hour)
+			b := &bucket{action: "AttachVolume", clock: clk, onChange: func(string, Limit, bool) {}, s: s}
+			var (
+				mu   sync.Mutex
+				went []int
+				wg   sync.WaitGroup
+			)
+			gone := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(went)
+			}
+			cancels := map[int]context.CancelFunc{}
+			for i := range tt.waiters {
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				cancels[i] = cancel
+				wg.Go(func() {
+					if _, err := b.acquire(ctx); err != nil {
+						return
+					}
+					mu.Lock()
+					went = append(went, i)
+					mu.Unlock()
+				})
+				queued(t, b, i+1)
+			}
+			for _, i := range tt.cancel {
+				cancels[i]()
+			}
+			queued(t, b, tt.waiters-len(tt.cancel))
+			for k := range tt.advances {
+				clk.advance(200 * time.Millisecond)
+				// Wait for the call let go to say so before the next token comes.
+				for n := 0; gone() < min(k+1, len(tt.want)); n++ {
+					if n > 1000000 {
+						t.Fatalf("no call went after advance %d", k+1)
+					}
+					runtime.Gosched()
+				}
+			}
+			for i := range tt.waiters {
+				cancels[i]()
+			}
+			wg.Wait()
+			if fmt.Sprint(went) != fmt.Sprint(tt.want) {
+				t.Errorf("calls went in order %v, want %v", went, tt.want)
+			}
+			if b.s.tokens > 0.001 {
+				t.Errorf("model holds %v tokens after every token went to a call", b.s.tokens)
+			}
+		})
+	}
+}
+
+// TestPacedBurstUnderBuckets: a burst of attaches and detaches against buckets like EC2's (faster, to keep
+// the test short) all succeed, and the pacer keeps EC2's refusals to a small share of the calls (with
+// Pace.Off, three in four attempts are refused and some attaches fail after their ten attempts).
+func TestPacedBurstUnderBuckets(t *testing.T) {
+	fl := map[string]faults.Limit{"AttachVolume": {RequestsPerSecond: 50, Burst: 10}, "DetachVolume": {RequestsPerSecond: 50, Burst: 10}}
+	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(40), Faults: faults.Config{ActionRateLimits: fl}}, func(o *Options) {
+		o.Pace.Limits = map[string]Limit{"AttachVolume": {PerSecond: 50, Burst: 10}, "DetachVolume": {PerSecond: 50, Burst: 10}}
+		o.Retry = RetryOptions{}
+	})
+	const n = 60
+	var ids []string
+	for _, name := range names("pvc-paced", n) {
+		d, err := e.CreateDisk(testCtx(t), name, cloud.DiskOptions{Zone: zoneA, SizeGiB: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	instances := []string{"i-0a000000000000001", "i-0a000000000000002"}
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			inst := instances[i%2]
+			if _, err := e.AttachDisk(ctxTimeout(t, time.Minute), id, inst); err != nil {
+				t.Errorf("attach %s: %v", id, err)
+				return
+			}
+			if err := e.DetachDisk(ctxTimeout(t, time.Minute), id, inst); err != nil {
+				t.Errorf("detach %s: %v", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	calls := e.calls(t)
+	for _, action := range []string{"AttachVolume", "DetachVolume"} {
+		if refused, all := calls[action+"/RequestLimitExceeded"], calls[action]; refused > all/3 {
+			t.Errorf("%s: %v of %v calls refused; want at most a third", action, refused, all)
+		}
+	}
+	t.Logf("calls: %v", calls)
+}
+
+// TestRandomRefusalsAreRetried: when EC2 refuses 30 % of all calls at random, every operation still
+// succeeds, with the default retry settings.
+func TestRandomRefusalsAreRetried(t *testing.T) {
+	refuse := faults.ErrorFault{Rate: 0.3, Code: "RequestLimitExceeded", Before: true}
+	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(40), Faults: faults.Config{Errors: map[string]faults.ErrorFault{faults.AllActions: refuse}}},
+		func(o *Options) { o.Retry = RetryOptions{} })
+	var wg sync.WaitGroup
+	for i, name := range names("pvc-noise", 20) {
+		wg.Go(func() {
+			ctx := ctxTimeout(t, time.Minute)
+			inst := []string{"i-0a000000000000001", "i-0a000000000000002"}[i%2]
+			d, err := e.CreateDisk(ctx, name, cloud.DiskOptions{Zone: zoneA, SizeGiB: 1})
+			if err == nil {
+				_, err = e.AttachDisk(ctx, d.ID, inst)
+			}
+			if err == nil {
+				err = e.DetachDisk(ctx, d.ID, inst)
+			}
+			if err == nil {
+				err = e.DeleteDisk(ctx, d.ID)
+			}
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if calls := e.calls(t); calls["CreateVolume/RequestLimitExceeded"] == 0 {
+		t.Errorf("no call was refused; the test proves nothing: %v", calls)
+	}
+}

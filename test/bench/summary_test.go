@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSummary: the line names the floor only when the profile has one, and always the figures #24's targets
+// are about.
+func TestSummary(t *testing.T) {
+	base := result{Driver: "after", Profile: "1s", Start: "cold", Cycles: 100, WallSeconds: 4.2, Errors: 0, CallsPerCycle: 4.25,
+		Throttled: 3, ThrottledShare: 0.007, Retries: map[string]int{"CreateVolume/DeadlineExceeded": 2, "ControllerPublishVolume/Unavailable": 1},
+		Latency: map[string]latencyStats{"CreateVolume": {P50: 1.25}, "ControllerPublishVolume": {P50: 1.1}}}
+	floored := base
+	floored.FloorSeconds, floored.WallToFloor = 3, 1.4
+	tests := []struct {
+		name        string
+		r           result
+		want, never []string
+	}{
+		{name: "no floor", r: base, never: []string{"floor"},
+			want: []string{"after 1s cold: 100 cycles in 4.2 s;", "4.25 calls/cycle", "3 throttled (0.7 %)", "3 retries",
+				"p50 CreateVolume 1.250 s, ControllerPublishVolume 1.100 s", "0 volumes left, 0 duplicated"}},
+		{name: "floor", r: floored, want: []string{"floor 3.0 s: 1.40× the floor"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := summary(&tt.r)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("summary %q lacks %q", got, w)
+				}
+			}
+			for _, n := range tt.never {
+				if strings.Contains(got, n) {
+					t.Errorf("summary %q has %q", got, n)
+				}
+			}
+		})
+	}
+}
