@@ -46,6 +46,7 @@ type options struct {
 	maxFormat                          int
 	stateDir                           string
 	shutdownWait                       time.Duration
+	requestLimits                      string
 	common                             *cli.Flags
 }
 
@@ -66,6 +67,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.cloud.Region, "region", os.Getenv("AWS_REGION"), "cloud region (default: the SDK's configuration)")
 	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
 	flag.DurationVar(&o.cloud.AttachStuckTimeout, "attach-stuck-timeout", ec2cloud.DefaultAttachStuckTimeout, "force-detach and attach again (once per publish) an attachment still attaching after this long; 0: never")
+	flag.StringVar(&o.requestLimits, "ec2-request-limits", "", "EC2 request buckets the controller paces its calls to: empty for EC2's defaults, \"off\", or Action=PerSecond/Burst,... for an account's raised limits (keys: an action, \"Describe*\", \"*\" for other actions)")
 	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
 	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")
 	flag.StringVar(&o.node.InstanceType, "instance-type", os.Getenv("INSTANCE_TYPE"), "this node's instance type, for its volume limit (node mode)")
@@ -107,6 +109,11 @@ func run(o *options) error {
 
 	services := driver.Services{}
 	if o.mode != modeNode {
+		pace, err := ec2cloud.ParseRequestLimits(o.requestLimits)
+		if err != nil {
+			return fmt.Errorf("--ec2-request-limits: %w", err)
+		}
+		o.cloud.Pace = pace
 		c, err := ec2cloud.New(ctx, o.cloud)
 		if err != nil {
 			return fmt.Errorf("cloud: %w", err)

@@ -121,7 +121,7 @@
 //     account's bucket is larger).
 //
 // Refusals the model did not foresee (another client of the account, or a random fault) are retried after a
-// short jittered backoff (RetryOptions.ThrottleBaseDelay, 100 ms, doubling per attempt up to a second), not
+// short jittered backoff (RetryOptions.ThrottleBaseDelay, 25 ms, doubling per attempt up to a second), not
 // slowed down for: the pacer answers for the bucket. With 30 % of all calls refused at random, 100 cycles
 // take 1.5 to 4 times as long as with none (test/bench controller --fakecloud-args).
 //

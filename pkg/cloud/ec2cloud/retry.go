@@ -35,8 +35,9 @@ type RetryOptions struct {
 	// MaxBackoff caps the delay between attempts. Default 20s (the SDK's).
 	MaxBackoff time.Duration
 	// ThrottleBaseDelay is the backoff base of a throttled attempt: full jitter over base·2^(attempt-1).
-	// Default 100ms: the pacer answers for EC2's buckets, so a refusal it did not foresee is mostly someone
-	// else's call or noise, worth another try soon (the SDK waits up to 1 s, then 2 s, ...).
+	// Default 25ms: the pacer answers for EC2's buckets (the retry waits its turn there too), so a refusal it
+	// did not foresee is mostly someone else's call or noise, worth another try soon (the SDK waits up to 1 s,
+	// then 2 s, ...).
 	ThrottleBaseDelay time.Duration
 	// ThrottleMaxBackoff caps the backoff of a throttled attempt. Default 1s: waiting for EC2's bucket is the
 	// pacer's part; the backoff only spreads the retries of refusals it did not foresee, and a random refusal
@@ -63,7 +64,7 @@ func (o RetryOptions) withDefaults() RetryOptions {
 		o.MaxBackoff = retry.DefaultMaxBackoff
 	}
 	if o.ThrottleBaseDelay <= 0 {
-		o.ThrottleBaseDelay = 100 * time.Millisecond
+		o.ThrottleBaseDelay = 25 * time.Millisecond
 	}
 	if o.ThrottleMaxBackoff <= 0 {
 		o.ThrottleMaxBackoff = min(time.Second, o.MaxBackoff)
