@@ -26,6 +26,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/driver"
 	"github.com/diskforge/diskforge/pkg/instancetypes"
 	"github.com/diskforge/diskforge/pkg/nodelife"
+	"github.com/diskforge/diskforge/pkg/tagspec"
 	"github.com/diskforge/diskforge/pkg/topology"
 )
 
@@ -47,6 +48,7 @@ type options struct {
 	stateDir                           string
 	shutdownWait                       time.Duration
 	requestLimits                      string
+	extraTags                          string
 	common                             *cli.Flags
 }
 
@@ -68,6 +70,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
 	flag.DurationVar(&o.cloud.AttachStuckTimeout, "attach-stuck-timeout", ec2cloud.DefaultAttachStuckTimeout, "force-detach and attach again (once per publish) an attachment still attaching after this long; 0: never")
 	flag.StringVar(&o.requestLimits, "ec2-request-limits", "", "EC2 request buckets the controller paces its calls to: empty for EC2's defaults, \"off\", or Action=PerSecond/Burst,... for an account's raised limits (keys: an action, \"Describe*\", \"*\" for other actions)")
+	flag.StringVar(&o.extraTags, "extra-tags", "", "tags on every disk and snapshot the controller creates, as key=value,... (a class's tagSpecification_N overrides them)")
 	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
 	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")
 	flag.StringVar(&o.node.InstanceType, "instance-type", os.Getenv("INSTANCE_TYPE"), "this node's instance type, for its volume limit (node mode)")
@@ -114,6 +117,9 @@ func run(o *options) error {
 			return fmt.Errorf("--ec2-request-limits: %w", err)
 		}
 		o.cloud.Pace = pace
+		if o.cloud.ExtraTags, err = tagspec.ParseList(o.extraTags); err != nil {
+			return fmt.Errorf("--extra-tags: %w", err)
+		}
 		c, err := ec2cloud.New(ctx, o.cloud)
 		if err != nil {
 			return fmt.Errorf("cloud: %w", err)

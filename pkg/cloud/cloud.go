@@ -47,6 +47,9 @@ type Cloud interface {
 	// ModifyDisk changes a disk's size, type, IOPS or throughput and waits until the change is usable. A disk
 	// that already has the requested values is left alone.
 	ModifyDisk(ctx context.Context, volumeID string, opts ModifyOptions) (*Modification, error)
+	// TagDisk sets the tags in set (overwriting values) and removes the keys in remove from a disk; keys
+	// absent already are no error. The driver's own keys (ReservedTag) give ErrInvalidArgument.
+	TagDisk(ctx context.Context, volumeID string, set map[string]string, remove []string) error
 
 	// CreateSnapshot snapshots a disk under a CSI snapshot name and returns without waiting for it to complete
 	// (ReadyToUse tells). It is idempotent by name; a name already used for another disk's snapshot gives

@@ -1,5 +1,7 @@
 package cloud
 
+import "strings"
+
 // Tag keys the driver puts on the resources it creates. TagName and TagSnapshotName make disks and snapshots
 // findable by their CSI names; the others record which cluster and claim they belong to.
 const (
@@ -16,3 +18,13 @@ const (
 	TagPVCNamespace = "kubernetes.io/created-for/pvc/namespace"
 	TagPVName       = "kubernetes.io/created-for/pv/name"
 )
+
+// ReservedTag reports a key the driver sets itself: a class or flag may not set or remove it, since the
+// driver finds its disks and snapshots, and tells its clusters apart, by them.
+func ReservedTag(key string) bool {
+	switch key {
+	case TagName, TagSnapshotName, TagClusterID, TagPVCName, TagPVCNamespace, TagPVName:
+		return true
+	}
+	return strings.HasPrefix(key, TagKubernetesClusterPrefix)
+}

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/cloud"
 )
 
 func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
@@ -41,16 +43,33 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
 	}
-	opts, err := parseMutableParams(req.GetMutableParameters())
+	m, err := parseMutableParams(req.GetMutableParameters())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	tags, err := m.tags()
 	if err != nil {
 		return nil, rpcError(err)
 	}
 	if !validVolumeID(id) {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", id)
 	}
-	if _, err := c.cloud.ModifyDisk(ctx, id, opts); err != nil {
-		return nil, rpcError(fmt.Errorf("modify volume %s: %w", id, err))
+	opts := m.modify
+	if opts == (cloud.ModifyOptions{}) && len(tags) == 0 && len(m.tagDeletions) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "nothing to modify on volume %s", id)
 	}
-	klog.InfoS("Volume modified", "volumeID", id, "type", opts.VolumeType, "iops", opts.IOPS, "throughput", opts.Throughput)
+	// Tags first: quick, and applied again harmlessly when a modification that follows is retried.
+	if len(tags) > 0 || len(m.tagDeletions) > 0 {
+		if err := c.cloud.TagDisk(ctx, id, tags, m.tagDeletions); err != nil {
+			return nil, rpcError(fmt.Errorf("tag volume %s: %w", id, err))
+		}
+	}
+	if opts != (cloud.ModifyOptions{}) {
+		if _, err := c.cloud.ModifyDisk(ctx, id, opts); err != nil {
+			return nil, rpcError(fmt.Errorf("modify volume %s: %w", id, err))
+		}
+	}
+	klog.InfoS("Volume modified", "volumeID", id, "type", opts.VolumeType, "iops", opts.IOPS, "throughput", opts.Throughput,
+		"tagsSet", len(tags), "tagsRemoved", len(m.tagDeletions))
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }

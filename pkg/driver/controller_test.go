@@ -51,12 +51,16 @@ func TestSizeGiB(t *testing.T) {
 }
 
 // newTestController runs a controller against an in-process fakecloud (file backend) through the real SDK.
-func newTestController(t *testing.T) (*ControllerServer, *fakecloudtest.Env) {
+func newTestController(t *testing.T, opts ...func(*ec2cloud.Options)) (*ControllerServer, *fakecloudtest.Env) {
 	t.Helper()
 	env := fakecloudtest.Start(t, fakecloudtest.Options{})
-	c, err := ec2cloud.New(context.Background(), ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
+	o := ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
 		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
-		Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
+		Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c, err := ec2cloud.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,22 +8,25 @@ import (
 	"strings"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/tagspec"
 )
 
 // StorageClass (CreateVolume) parameter keys. The driver's own keys match case-insensitively, as the EBS
 // driver's do; the csi.storage.k8s.io ones are set by sidecars and match exactly.
 const (
-	ParamType           = "type"
-	ParamIOPS           = "iops"
-	ParamIOPSPerGB      = "iopspergb"
-	ParamThroughput     = "throughput"
-	ParamEncrypted      = "encrypted"
-	ParamKMSKeyID       = "kmskeyid"
-	ParamTagSpecPrefix  = "tagspecification_"
-	ParamBlockSize      = "blocksize"
-	ParamInodeSize      = "inodesize"
-	ParamBytesPerInode  = "bytesperinode"
-	ParamNumberOfInodes = "numberofinodes"
+	ParamType          = "type"
+	ParamIOPS          = "iops"
+	ParamIOPSPerGB     = "iopspergb"
+	ParamThroughput    = "throughput"
+	ParamEncrypted     = "encrypted"
+	ParamKMSKeyID      = "kmskeyid"
+	ParamTagSpecPrefix = "tagspecification_"
+	// ParamTagDeletionPrefix (VolumeAttributesClass only): tagDeletion_N = "key" removes a tag.
+	ParamTagDeletionPrefix = "tagdeletion_"
+	ParamBlockSize         = "blocksize"
+	ParamInodeSize         = "inodesize"
+	ParamBytesPerInode     = "bytesperinode"
+	ParamNumberOfInodes    = "numberofinodes"
 
 	ParamFSType       = "csi.storage.k8s.io/fstype"
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -43,7 +46,12 @@ type volumeParams struct {
 	fsType    string
 	// format holds the format options for the volume context, keyed as keys.go names them.
 	format map[string]string
+	// tagSpecs are the tagSpecification_N values, in key order, rendered once every parameter is read.
+	tagSpecs []tagParam
 }
+
+// tagParam is one tagSpecification_N parameter: its key, for errors, and its "key=value" value.
+type tagParam struct{ param, spec string }
 
 func invalidParam(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errInvalidParameter, fmt.Sprintf(format, args...))
@@ -59,10 +67,11 @@ func parseVolumeParams(params, mutable map[string]string) (volumeParams, error) 
 			return volumeParams{}, err
 		}
 	}
-	mod, err := parseMutableParams(mutable)
+	m, err := parseMutableParams(mutable)
 	if err != nil {
 		return volumeParams{}, err
 	}
+	mod := m.modify
 	if mod.VolumeType != "" {
 		p.disk.VolumeType = mod.VolumeType
 	}
@@ -71,6 +80,15 @@ func parseVolumeParams(params, mutable map[string]string) (volumeParams, error) 
 	}
 	if mod.Throughput != 0 {
 		p.disk.Throughput = mod.Throughput
+	}
+	// The class's tags, then the VolumeAttributesClass's over them, less the ones it deletes; the names come
+	// from the provisioner's --extra-create-metadata.
+	names := tagspec.Data{PVCName: p.disk.PVCName, PVCNamespace: p.disk.PVCNamespace, PVName: p.disk.PVName}
+	if p.disk.Tags, err = renderTags(slices.Concat(p.tagSpecs, m.tagSpecs), names); err != nil {
+		return volumeParams{}, err
+	}
+	for _, k := range m.tagDeletions {
+		delete(p.disk.Tags, k)
 	}
 	if p.iopsPerGB != 0 && p.disk.IOPS != 0 {
 		return volumeParams{}, invalidParam("parameters %q and %q cannot be used together", ParamIOPS, ParamIOPSPerGB)
@@ -104,7 +122,7 @@ func (p *volumeParams) set(key, value string) error {
 	case lower == ParamKMSKeyID:
 		p.disk.KMSKeyID = value
 	case strings.HasPrefix(lower, ParamTagSpecPrefix):
-		err = addTag(&p.disk.Tags, key, value)
+		p.tagSpecs = append(p.tagSpecs, tagParam{key, value})
 	case lower == ParamBlockSize, lower == ParamInodeSize, lower == ParamBytesPerInode, lower == ParamNumberOfInodes:
 		err = p.setFormat(lower, key, value)
 	case key == ParamFSType:
@@ -168,18 +186,24 @@ func checkFormatOptions(fsType string, format map[string]string) error {
 	return nil
 }
 
-// addTag reads tagSpecification_N = "key=value".
-func addTag(tags *map[string]string, key, value string) error {
-	k, v, ok := strings.Cut(value, "=")
-	k = strings.TrimSpace(k)
-	if !ok || k == "" {
-		return invalidParam("parameter %q must be key=value, not %q", key, value)
+// renderTags renders tagSpecification_N values ("key=value", the value a template over names: package
+// tagspec) into tags, later ones winning; nil when there are none. The driver's own keys are refused.
+func renderTags(specs []tagParam, names tagspec.Data) (map[string]string, error) {
+	if len(specs) == 0 {
+		return nil, nil
 	}
-	if *tags == nil {
-		*tags = map[string]string{}
+	tags := map[string]string{}
+	for _, spec := range specs {
+		k, v, err := tagspec.Render(spec.spec, names)
+		if err != nil {
+			return nil, fmt.Errorf("%w: parameter %q: %w", errInvalidParameter, spec.param, err)
+		}
+		if cloud.ReservedTag(k) {
+			return nil, invalidParam("parameter %q: tag %q is set by the driver itself", spec.param, k)
+		}
+		tags[k] = v
 	}
-	(*tags)[k] = strings.TrimSpace(v)
-	return nil
+	return tags, nil
 }
 
 func positiveInt32(key, value string) (int32, error) {
@@ -190,47 +214,92 @@ func positiveInt32(key, value string) (int32, error) {
 	return int32(n), nil
 }
 
-// parseMutableParams reads VolumeAttributesClass parameters: type, iops and throughput.
-func parseMutableParams(params map[string]string) (cloud.ModifyOptions, error) {
-	var m cloud.ModifyOptions
+// mutableParams are a VolumeAttributesClass's parameters.
+type mutableParams struct {
+	modify cloud.ModifyOptions
+	// tagSpecs are the tagSpecification_N values in key order, tagDeletions the tagDeletion_N keys.
+	tagSpecs     []tagParam
+	tagDeletions []string
+	// names are the claim's and volume's, from the resizer's --extra-modify-metadata.
+	names tagspec.Data
+}
+
+// tags renders the tags to set.
+func (m mutableParams) tags() (map[string]string, error) { return renderTags(m.tagSpecs, m.names) }
+
+// parseMutableParams reads VolumeAttributesClass parameters: type, iops, throughput, tags to set
+// (tagSpecification_N) and to remove (tagDeletion_N), and the names the resizer adds.
+func parseMutableParams(params map[string]string) (mutableParams, error) {
+	var m mutableParams
 	for _, key := range slices.Sorted(maps.Keys(params)) {
 		value := params[key]
 		var err error
-		switch strings.ToLower(key) {
-		case ParamType:
-			m.VolumeType = value
-		case ParamIOPS:
-			m.IOPS, err = positiveInt32(key, value)
-		case ParamThroughput:
-			m.Throughput, err = positiveInt32(key, value)
+		switch lower := strings.ToLower(key); {
+		case lower == ParamType:
+			m.modify.VolumeType = value
+		case lower == ParamIOPS:
+			m.modify.IOPS, err = positiveInt32(key, value)
+		case lower == ParamThroughput:
+			m.modify.Throughput, err = positiveInt32(key, value)
+		case strings.HasPrefix(lower, ParamTagSpecPrefix):
+			m.tagSpecs = append(m.tagSpecs, tagParam{key, value})
+		case strings.HasPrefix(lower, ParamTagDeletionPrefix):
+			k := strings.TrimSpace(value)
+			if err = tagspec.Check(k, ""); err != nil {
+				err = fmt.Errorf("%w: parameter %q: %w", errInvalidParameter, key, err)
+			} else if cloud.ReservedTag(k) {
+				err = invalidParam("parameter %q: tag %q is set by the driver itself", key, k)
+			}
+			m.tagDeletions = append(m.tagDeletions, k)
+		case key == ParamPVCName:
+			m.names.PVCName = value
+		case key == ParamPVCNamespace:
+			m.names.PVCNamespace = value
+		case key == ParamPVName:
+			m.names.PVName = value
 		default:
-			err = invalidParam("unknown mutable parameter %q (type, iops, throughput can change)", key)
+			err = invalidParam("unknown mutable parameter %q (type, iops, throughput, tagSpecification_N and tagDeletion_N can change)", key)
 		}
 		if err != nil {
-			return cloud.ModifyOptions{}, err
+			return mutableParams{}, err
 		}
 	}
 	return m, nil
 }
 
-// parseSnapshotParams reads VolumeSnapshotClass parameters: tags, plus the snapshotter's metadata.
+// parseSnapshotParams reads VolumeSnapshotClass parameters: tags, whose values may name the snapshot's objects
+// (package tagspec), plus the snapshotter's metadata, recorded as tags.
 func parseSnapshotParams(params map[string]string) (cloud.SnapshotOptions, error) {
-	var o cloud.SnapshotOptions
+	var (
+		specs []tagParam
+		names tagspec.Data
+		meta  = map[string]string{}
+	)
 	for _, key := range slices.Sorted(maps.Keys(params)) {
 		value := params[key]
-		switch {
-		case strings.HasPrefix(strings.ToLower(key), ParamTagSpecPrefix):
-			if err := addTag(&o.Tags, key, value); err != nil {
-				return cloud.SnapshotOptions{}, err
-			}
-		case key == ParamSnapshotName, key == ParamSnapshotNamespace, key == ParamSnapshotContentName:
-			if o.Tags == nil {
-				o.Tags = map[string]string{}
-			}
-			o.Tags["kubernetes.io/created-for/"+strings.TrimPrefix(key, "csi.storage.k8s.io/")] = value
+		switch key {
+		case ParamSnapshotName:
+			names.VolumeSnapshotName = value
+		case ParamSnapshotNamespace:
+			names.VolumeSnapshotNamespace = value
+		case ParamSnapshotContentName:
+			names.VolumeSnapshotContentName = value
 		default:
-			return cloud.SnapshotOptions{}, invalidParam("unknown snapshot parameter %q", key)
+			if !strings.HasPrefix(strings.ToLower(key), ParamTagSpecPrefix) {
+				return cloud.SnapshotOptions{}, invalidParam("unknown snapshot parameter %q", key)
+			}
+			specs = append(specs, tagParam{key, value})
+			continue
 		}
+		meta["kubernetes.io/created-for/"+strings.TrimPrefix(key, "csi.storage.k8s.io/")] = value
 	}
-	return o, nil
+	tags, err := renderTags(specs, names)
+	if err != nil {
+		return cloud.SnapshotOptions{}, err
+	}
+	if len(meta) > 0 && tags == nil {
+		tags = map[string]string{}
+	}
+	maps.Copy(tags, meta)
+	return cloud.SnapshotOptions{Tags: tags}, nil
 }

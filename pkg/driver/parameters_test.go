@@ -47,6 +47,25 @@ func TestParseVolumeParams(t *testing.T) {
 					t.Errorf("disk = %+v", p.disk)
 				}
 			}},
+		{name: "templated tags, then the attributes class's", params: map[string]string{
+			"tagSpecification_1": "owner={{ .PVCNamespace }}/{{ .PVCName }}", "tagSpecification_2": "tier=bronze", "tagSpecification_3": "drop=me",
+			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db", "csi.storage.k8s.io/pv/name": "pvc-1",
+		}, mutable: map[string]string{"tagSpecification_1": "tier=gold", "tagSpecification_2": "pv={{ .PVName }}", "tagDeletion_1": "drop"},
+			check: func(t *testing.T, p volumeParams) {
+				want := map[string]string{"owner": "db/data", "tier": "gold", "pv": "pvc-1"}
+				if len(p.disk.Tags) != len(want) {
+					t.Errorf("tags = %v, want %v", p.disk.Tags, want)
+				}
+				for k, v := range want {
+					if p.disk.Tags[k] != v {
+						t.Errorf("tag %q = %q, want %q (all: %v)", k, p.disk.Tags[k], v, p.disk.Tags)
+					}
+				}
+			}},
+		{name: "the driver's own tag", params: map[string]string{"tagSpecification_1": "CSIVolumeName=x"}, errKey: "CSIVolumeName"},
+		{name: "bad template", params: map[string]string{"tagSpecification_1": "a={{ .Nope }}"}, errKey: "Nope"},
+		{name: "deleting the driver's own tag", mutable: map[string]string{"tagDeletion_1": "CSIVolumeName"}, errKey: "tagDeletion_1"},
+		{name: "deleting an empty key", mutable: map[string]string{"tagDeletion_1": " "}, errKey: "tagDeletion_1"},
 		{name: "unknown key", params: map[string]string{"tpye": "gp3"}, errKey: "tpye"},
 		{name: "bad iops", params: map[string]string{"iops": "-1"}, errKey: "iops"},
 		{name: "iops and iopsPerGB", params: map[string]string{"iops": "100", "iopsPerGB": "10"}, errKey: "iopspergb"},
@@ -85,6 +104,14 @@ func TestParseSnapshotParams(t *testing.T) {
 		if o.Tags[k] != v {
 			t.Errorf("tag %s = %q, want %q (all: %v)", k, o.Tags[k], v, o.Tags)
 		}
+	}
+	o, err = parseSnapshotParams(map[string]string{"tagSpecification_1": "for={{ .VolumeSnapshotNamespace }}/{{ .VolumeSnapshotName }}",
+		ParamSnapshotName: "snap", ParamSnapshotNamespace: "ns", ParamSnapshotContentName: "content-1"})
+	if err != nil || o.Tags["for"] != "ns/snap" || o.Tags["kubernetes.io/created-for/volumesnapshotcontent/name"] != "content-1" {
+		t.Errorf("templated snapshot tags = %v, %v", o.Tags, err)
+	}
+	if _, err := parseSnapshotParams(map[string]string{"tagSpecification_1": "x={{ printf \"%9999d\" 1 }}"}); !errors.Is(err, errInvalidParameter) {
+		t.Errorf("refused template function: %v", err)
 	}
 	if _, err := parseSnapshotParams(map[string]string{"type": "x"}); !errors.Is(err, errInvalidParameter) {
 		t.Errorf("unknown snapshot parameter: %v", err)

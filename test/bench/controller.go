@@ -106,18 +106,38 @@ type controllerBench struct {
 	starts    []string
 	warmups   int
 	keep      bool
-	// rateLimits is fakecloud's --rate-limits profile; limits are its buckets, with those of any
-	// --fault-rate-limit among fakecloudArgs.
+	// rateLimits is fakecloud's --rate-limits profile.
 	rateLimits string
-	limits     faults.Config
-	// fakecloudArgs are passed on to fakecloud (e.g. --fault-error).
-	fakecloudArgs []string
-	caller        caller
+	// variants are the fakecloud set-ups each driver runs against in every round, side by side.
+	variants []fakecloudVariant
+	caller   caller
 	// deadline bounds each cycle of a sidecar caller, which otherwise retries for ever as the sidecars do.
 	deadline time.Duration
 }
 
 type namedBin struct{ name, path string }
+
+// fakecloudVariant is one set-up of fakecloud: extra flags (e.g. --fault-error), and the buckets of the
+// --rate-limits profile with those of any --fault-rate-limit among them.
+type fakecloudVariant struct {
+	args   []string
+	limits faults.Config
+}
+
+// parseVariants reads --fakecloud-args: variants separated by ";", each its flags separated by spaces; an
+// empty variant is fakecloud with no extra flags.
+func parseVariants(spec, rateLimits string) ([]fakecloudVariant, error) {
+	var variants []fakecloudVariant
+	for _, item := range strings.Split(spec, ";") {
+		args := strings.Fields(item)
+		limits, err := rateLimitsOf(rateLimits, args)
+		if err != nil {
+			return nil, err
+		}
+		variants = append(variants, fakecloudVariant{args: args, limits: limits})
+	}
+	return variants, nil
+}
 
 // driversFlagHelp is the help of every benchmark's --drivers.
 const driversFlagHelp = "drivers to compare as NAME=PATH,… (default: current=<bin>/driver)"
@@ -152,7 +172,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.IntVar(&b.warmups, "warmups", 2, "unmeasured bursts before a warm measurement")
 	starts := fs.String("start", "cold,warm", "measure the driver's first burst (cold), or the one after --warmups unmeasured bursts (warm), or both")
 	fs.StringVar(&b.rateLimits, "rate-limits", "", "fakecloud's --rate-limits profile (ec2: EC2's per-action buckets); the floor is computed from it")
-	extra := fs.String("fakecloud-args", "", "more fakecloud flags, space separated, e.g. --fault-error=*=0.3:RequestLimitExceeded:before")
+	extra := fs.String("fakecloud-args", "", "more fakecloud flags, space separated, e.g. --fault-error=*=0.3:RequestLimitExceeded:before; several set-ups separated by ; run side by side in each round (an empty one: none)")
 	fs.BoolVar(&b.caller.sidecar, "sidecar", false,
 		"call as the sidecars do: each attempt under the manifests' --timeout, DeadlineExceeded, Aborted, Unavailable and ResourceExhausted retried with their backoff (1 s doubling to 5 min)")
 	fs.DurationVar(&b.deadline, "sidecar-deadline", 30*time.Minute, "with --sidecar, when a cycle gives up retrying")
@@ -160,9 +180,8 @@ func runController(ctx context.Context, args []string) error {
 		return err
 	}
 	b.caller.start, b.caller.max, b.caller.sleep = retryIntervalStart, retryIntervalMax, ctxsleep.Sleep
-	b.fakecloudArgs = strings.Fields(*extra)
 	var err error
-	if b.limits, err = rateLimitsOf(b.rateLimits, b.fakecloudArgs); err != nil {
+	if b.variants, err = parseVariants(*extra, b.rateLimits); err != nil {
 		return err
 	}
 	for _, st := range strings.Split(*starts, ",") {
@@ -189,15 +208,17 @@ func runController(ctx context.Context, args []string) error {
 				slices.Reverse(order)
 			}
 			for _, st := range b.starts {
-				for _, d := range order {
-					r, err := b.run(ctx, d, p, st, run)
-					if err != nil {
-						return fmt.Errorf("%s, %s, %s, run %d: %w", d.name, p.Name, st, run, err)
+				for _, v := range b.variants {
+					for _, d := range order {
+						r, err := b.run(ctx, d, v, p, st, run)
+						if err != nil {
+							return fmt.Errorf("%s, %s, %s, %q, run %d: %w", d.name, p.Name, st, v.args, run, err)
+						}
+						if err := enc.Encode(r); err != nil {
+							return err
+						}
+						fmt.Fprintln(os.Stderr, summary(r))
 					}
-					if err := enc.Encode(r); err != nil {
-						return err
-					}
-					fmt.Fprintln(os.Stderr, summary(r))
 				}
 			}
 		}
@@ -210,7 +231,11 @@ func runController(ctx context.Context, args []string) error {
 // and the p50 of CreateVolume and ControllerPublishVolume.
 func summary(r *result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s: %d cycles in %.1f s", r.Driver, r.Profile, r.Start, r.Cycles, r.WallSeconds)
+	fmt.Fprintf(&b, "%s %s %s", r.Driver, r.Profile, r.Start)
+	if len(r.FakecloudArgs) > 0 {
+		fmt.Fprintf(&b, " %s", strings.Join(r.FakecloudArgs, " "))
+	}
+	fmt.Fprintf(&b, ": %d cycles in %.1f s", r.Cycles, r.WallSeconds)
 	if r.FloorSeconds > 0 {
 		fmt.Fprintf(&b, ", floor %.1f s: %.2f× the floor", r.FloorSeconds, r.WallToFloor)
 	}
@@ -235,7 +260,7 @@ func (b *controllerBench) instances() (ids []string, spec string) {
 	return ids, strings.Join(items, ",")
 }
 
-func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start string, run int) (*result, error) {
+func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVariant, p profile, start string, run int) (*result, error) {
 	dir, err := os.MkdirTemp("", "diskforge-bench-")
 	if err != nil {
 		return nil, err
@@ -251,7 +276,7 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 	if b.rateLimits != "" {
 		args = append(args, "--rate-limits", b.rateLimits)
 	}
-	url, err := pr.startFakecloud(ctx, b.fakecloud, append(args, b.fakecloudArgs...)...)
+	url, err := pr.startFakecloud(ctx, b.fakecloud, append(args, v.args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -308,11 +333,11 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, p profile, start 
 
 	r := &result{Driver: d.name, Profile: p.Name, Start: start, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(m.errs),
 		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}, CPUMSPerCycle: map[string]float64{},
-		Caller: "bench", RateLimits: b.limits.RateLimitProfile, FakecloudArgs: b.fakecloudArgs, Left: left, Duplicated: duplicated}
+		Caller: "bench", RateLimits: v.limits.RateLimitProfile, FakecloudArgs: v.args, Left: left, Duplicated: duplicated}
 	if b.caller.sidecar {
 		r.Caller, r.Retries = "sidecar", m.retries
 	}
-	fl := floor(b.limits, cycles, p)
+	fl := floor(v.limits, cycles, p)
 	r.FloorSeconds = round(fl.Seconds())
 	if fl > 0 {
 		r.WallToFloor = round(m.wall.Seconds() / fl.Seconds())

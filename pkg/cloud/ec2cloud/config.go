@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -37,6 +38,10 @@ type Options struct {
 	// ClusterID, when set, is tagged on every disk and snapshot and limits ListDisks and ListSnapshots to them.
 	ClusterID string
 
+	// ExtraTags go on every disk and snapshot the driver creates (--extra-tags); a class's tags override them,
+	// and the driver's own keys override both.
+	ExtraTags map[string]string
+
 	Wait  WaitOptions
 	Retry RetryOptions
 	// Pace keeps calls within EC2's request buckets (pace.go); on by default.
@@ -63,6 +68,7 @@ type Cloud struct {
 	wait      WaitOptions
 	retry     *retryers
 	metrics   *metrics
+	extraTags map[string]string
 	// pacer paces calls per action; nil when Options.Pace.Off.
 	pacer   *pacer
 	devices *deviceAllocator
@@ -97,6 +103,11 @@ func New(ctx context.Context, o Options) (*Cloud, error) {
 			credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, o.SessionToken)))
 	case o.AccessKeyID != "" || o.SecretAccessKey != "":
 		return nil, errors.New("static credentials need both an access key ID and a secret access key")
+	}
+	for k := range o.ExtraTags {
+		if cloud.ReservedTag(k) {
+			return nil, fmt.Errorf("extra tag %q is the driver's own", k)
+		}
 	}
 	if o.HTTPClient != nil {
 		loadOpts = append(loadOpts, config.WithHTTPClient(o.HTTPClient))
@@ -133,7 +144,7 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 			eo.APIOptions = append(eo.APIOptions, p.addMiddleware)
 		}
 	})
-	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, wait: o.Wait, retry: r, metrics: m, pacer: p,
+	c := &Cloud{ec2: client, region: cfg.Region, clusterID: o.ClusterID, extraTags: maps.Clone(o.ExtraTags), wait: o.Wait, retry: r, metrics: m, pacer: p,
 		stuckAfter: max(o.AttachStuckTimeout, 0)}
 	c.devices = newDeviceAllocator(c.describeInstanceDevices)
 	c.estimates = newDurationEstimates(4 * o.Wait.Initial)

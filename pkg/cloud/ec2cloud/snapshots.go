@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,10 +31,7 @@ func (c *Cloud) CreateSnapshot(ctx context.Context, name, volumeID string, opts 
 	if s, done, err := c.existingSnapshot(ctx, name, volumeID); done {
 		return s, err
 	}
-	tags := maps.Clone(opts.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
+	tags := c.classTags(opts.Tags)
 	tags[cloud.TagSnapshotName] = name
 	c.addClusterTags(tags)
 	in := &ec2.CreateSnapshotInput{

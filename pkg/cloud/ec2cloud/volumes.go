@@ -206,10 +206,7 @@ func (c *Cloud) deleteFailed(ctx context.Context, id string) {
 
 // diskTags are a new disk's tags: the caller's, then the driver's own, which win.
 func (c *Cloud) diskTags(name string, opts cloud.DiskOptions) map[string]string {
-	tags := maps.Clone(opts.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
+	tags := c.classTags(opts.Tags)
 	tags[cloud.TagName] = name
 	for k, v := range map[string]string{cloud.TagPVCName: opts.PVCName, cloud.TagPVCNamespace: opts.PVCNamespace, cloud.TagPVName: opts.PVName} {
 		if v != "" {
@@ -217,6 +214,17 @@ func (c *Cloud) diskTags(name string, opts cloud.DiskOptions) map[string]string 
 		}
 	}
 	c.addClusterTags(tags)
+	return tags
+}
+
+// classTags are the --extra-tags overridden by a class's tags: a new map, to which the caller adds the
+// driver's own.
+func (c *Cloud) classTags(class map[string]string) map[string]string {
+	tags := maps.Clone(c.extraTags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	maps.Copy(tags, class)
 	return tags
 }
 
