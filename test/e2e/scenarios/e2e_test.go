@@ -20,6 +20,7 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S2_move_within_zone", scenarioMoveWithinZone)
 	r.scenario(t, "S3_online_expansion_xfs", scenarioOnlineExpansion)
 	r.scenario(t, "S3b_offline_expansion_ext4", scenarioOfflineExpansion)
+	r.scenario(t, "S9_tags", scenarioTags)
 	r.scenario(t, "S4_snapshot_restore", scenarioSnapshotRestore)
 	r.scenario(t, "S4b_clone", scenarioClone)
 	r.scenario(t, "S5_block", scenarioBlock)

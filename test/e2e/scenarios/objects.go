@@ -27,6 +27,8 @@ const (
 	classExt4      = "e2e-ext4"
 	classZoneA     = "e2e-zone-a"
 	classSnapshots = "e2e-snap"
+	// classTags is the VolumeAttributesClass of scenario 9.
+	classTags = "e2e-tags"
 )
 
 const gib = int64(1) << 30
@@ -51,9 +53,11 @@ func storageClass(name, runID, fsType string, zones ...string) *storagev1.Storag
 	reclaim := corev1.PersistentVolumeReclaimDelete
 	expand := true
 	sc := &storagev1.StorageClass{
-		ObjectMeta:           metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
-		Provisioner:          driverName,
-		Parameters:           map[string]string{"type": "gp3", "csi.storage.k8s.io/fstype": fsType},
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: runID}},
+		Provisioner: driverName,
+		// Each volume is tagged with its claim: a template the provisioner's --extra-create-metadata fills.
+		Parameters: map[string]string{"type": "gp3", "csi.storage.k8s.io/fstype": fsType,
+			"tagSpecification_1": "claim={{ .PVCNamespace }}/{{ .PVCName }}"},
 		ReclaimPolicy:        &reclaim,
 		VolumeBindingMode:    &wffc,
 		AllowVolumeExpansion: &expand,

@@ -441,6 +441,7 @@ func (r *run) deleteClasses(ctx context.Context) {
 		_ = r.cs.StorageV1().StorageClasses().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	_ = r.dyn.Resource(snapshotClasses).Delete(ctx, classSnapshots, metav1.DeleteOptions{})
+	_ = r.cs.StorageV1().VolumeAttributesClasses().Delete(ctx, classTags, metav1.DeleteOptions{})
 }
 
 // abortActiveRun is the signal handler's part: start deleting the run's objects on a cluster that outlives us.
