@@ -48,6 +48,24 @@ type volumeParams struct {
 	format map[string]string
 	// tagSpecs are the tagSpecification_N values, in key order, rendered once every parameter is read.
 	tagSpecs []tagParam
+	// names are the claim's and volume's, from the provisioner's --extra-create-metadata.
+	names tagspec.Data
+}
+
+// setClaimName records the claim or volume name a sidecar passes as key (its --extra-create-metadata or
+// --extra-modify-metadata), reporting whether key is one of them.
+func setClaimName(names *tagspec.Data, key, value string) bool {
+	switch key {
+	case ParamPVCName:
+		names.PVCName = value
+	case ParamPVCNamespace:
+		names.PVCNamespace = value
+	case ParamPVName:
+		names.PVName = value
+	default:
+		return false
+	}
+	return true
 }
 
 // tagParam is one tagSpecification_N parameter: its key, for errors, and its "key=value" value.
@@ -83,8 +101,8 @@ func parseVolumeParams(params, mutable map[string]string) (volumeParams, error) 
 	}
 	// The class's tags, then the VolumeAttributesClass's over them, less the ones it deletes; the names come
 	// from the provisioner's --extra-create-metadata.
-	names := tagspec.Data{PVCName: p.disk.PVCName, PVCNamespace: p.disk.PVCNamespace, PVName: p.disk.PVName}
-	if p.disk.Tags, err = renderTags(slices.Concat(p.tagSpecs, m.tagSpecs), names); err != nil {
+	p.disk.PVCName, p.disk.PVCNamespace, p.disk.PVName = p.names.PVCName, p.names.PVCNamespace, p.names.PVName
+	if p.disk.Tags, err = renderTags(slices.Concat(p.tagSpecs, m.tagSpecs), p.names); err != nil {
 		return volumeParams{}, err
 	}
 	for _, k := range m.tagDeletions {
@@ -130,12 +148,7 @@ func (p *volumeParams) set(key, value string) error {
 		if p.fsType != FSExt4 && p.fsType != FSXFS {
 			err = invalidParam("parameter %q: filesystem %q is not supported (ext4, xfs)", key, value)
 		}
-	case key == ParamPVCName:
-		p.disk.PVCName = value
-	case key == ParamPVCNamespace:
-		p.disk.PVCNamespace = value
-	case key == ParamPVName:
-		p.disk.PVName = value
+	case setClaimName(&p.names, key, value):
 	default:
 		err = invalidParam("unknown parameter %q", key)
 	}
@@ -251,12 +264,7 @@ func parseMutableParams(params map[string]string) (mutableParams, error) {
 				err = invalidParam("parameter %q: tag %q is set by the driver itself", key, k)
 			}
 			m.tagDeletions = append(m.tagDeletions, k)
-		case key == ParamPVCName:
-			m.names.PVCName = value
-		case key == ParamPVCNamespace:
-			m.names.PVCNamespace = value
-		case key == ParamPVName:
-			m.names.PVName = value
+		case setClaimName(&m.names, key, value):
 		default:
 			err = invalidParam("unknown mutable parameter %q (type, iops, throughput, tagSpecification_N and tagDeletion_N can change)", key)
 		}
