@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -73,6 +74,11 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&d.InstanceStop, "instance-stop-duration", d.InstanceStop, "time a stopped instance spends stopping (StopInstances Force skips it)")
 	flag.DurationVar(&d.InstanceTerminate, "instance-terminate-duration", d.InstanceTerminate,
 		"time a terminated instance spends shutting-down (at least until its volumes are detached)")
+	flag.DurationVar(&d.FSREnabling, "fsr-enabling-duration", d.FSREnabling, "time a fast snapshot restore spends enabling")
+	flag.DurationVar(&d.FSROptimizing, "fsr-optimizing-duration", d.FSROptimizing, "time a fast snapshot restore spends optimizing before it is enabled")
+	flag.DurationVar(&d.FSRDisabling, "fsr-disabling-duration", d.FSRDisabling, "time a fast snapshot restore spends disabling")
+	initRate := flag.Uint("restore-init-rate", uint(o.cfg.Cloud.RestoreInitRate),
+		"MiB/s at which a volume restored from a snapshot (without fast snapshot restore or VolumeInitializationRate) or copied initializes in the background; 0 initializes it at once")
 	flag.DurationVar(&o.cfg.Cloud.TerminatedRetention, "terminated-instance-retention", o.cfg.Cloud.TerminatedRetention,
 		"how long a terminated instance stays visible (EC2: about an hour); 0 forgets it once terminated")
 	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")
@@ -90,6 +96,10 @@ func parseFlags() (*options, error) {
 	if o.versionOnly, err = common.Apply(os.Stdout); o.versionOnly || err != nil {
 		return o, err
 	}
+	if *initRate > math.MaxInt32 {
+		return nil, fmt.Errorf("--restore-init-rate %d is too large", *initRate)
+	}
+	o.cfg.Cloud.RestoreInitRate = int32(*initRate)
 	if o.cfg.Cloud.Zones, err = parseZones(o.zones); err != nil {
 		return nil, err
 	}

@@ -63,6 +63,14 @@ func TestDryRunEveryAction(t *testing.T) {
 			_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{DryRun: dry})
 			return err
 		},
+		"DescribeVolumeStatus": func() error {
+			_, err := c.DescribeVolumeStatus(ctx, &ec2.DescribeVolumeStatusInput{VolumeIds: []string{vol}, DryRun: dry})
+			return err
+		},
+		"DescribeFastSnapshotRestores": func() error {
+			_, err := c.DescribeFastSnapshotRestores(ctx, &ec2.DescribeFastSnapshotRestoresInput{DryRun: dry})
+			return err
+		},
 		"CreateTags": func() error {
 			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}, DryRun: dry})
 			return err

@@ -57,6 +57,7 @@ func DefaultCloud() state.Config {
 		ClientTokenRetention: state.DefaultClientTokenRetention,
 		// EC2 shows a terminated instance for about an hour.
 		TerminatedRetention: state.DefaultTerminatedRetention,
+		RestoreInitRate:     state.DefaultRestoreInitRate,
 	}
 }
 

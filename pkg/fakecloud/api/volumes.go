@@ -15,6 +15,7 @@ func (h *Handler) createVolume(p *params) (response, error) {
 		Encrypted: p.boolean("Encrypted"), KmsKeyID: p.str("KmsKeyId"), SnapshotID: p.str("SnapshotId"),
 		Zone: p.str("AvailabilityZone"), ZoneID: p.str("AvailabilityZoneId"), MultiAttach: p.boolean("MultiAttachEnabled"),
 		Tags: p.tagSpecs("volume"), ClientToken: p.str("ClientToken"), DryRun: p.boolean("DryRun"),
+		InitRate: p.int32p("VolumeInitializationRate"),
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -23,7 +24,10 @@ func (h *Handler) createVolume(p *params) (response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &createVolumeResponse{volumeXML: h.volumeOf(v)}, nil
+	x := h.volumeOf(v)
+	// EC2 documents fastRestored as not returned by CreateVolume.
+	x.FastRestored = nil
+	return &createVolumeResponse{volumeXML: x}, nil
 }
 
 type copyVolumesResponse struct {

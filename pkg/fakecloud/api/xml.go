@@ -92,14 +92,20 @@ type volumeXML struct {
 	Encrypted          bool            `xml:"encrypted"`
 	KmsKeyID           string          `xml:"kmsKeyId,omitempty"`
 	MultiAttachEnabled bool            `xml:"multiAttachEnabled"`
-	Tags               *tagSetXML      `xml:"tagSet,omitempty"`
+	// FastRestored is sent for volumes restored from a snapshot; VolumeInitializationRate when one was asked.
+	FastRestored             *bool      `xml:"fastRestored,omitempty"`
+	VolumeInitializationRate int32      `xml:"volumeInitializationRate,omitempty"`
+	Tags                     *tagSetXML `xml:"tagSet,omitempty"`
 }
 
 func (h *Handler) volumeOf(v state.Volume) volumeXML {
 	x := volumeXML{VolumeID: v.ID, Size: v.SizeGiB, SnapshotID: v.SnapshotID, SourceVolumeID: v.SourceVolumeID, AvailabilityZone: v.Zone,
 		AvailabilityZoneID: h.zoneIDs[v.Zone], Status: v.State, CreateTime: ec2Time(v.CreateTime), VolumeType: v.Type,
 		Iops: v.Iops, Throughput: v.Throughput, Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, MultiAttachEnabled: v.MultiAttach,
-		Tags: tagsXML(v.Tags)}
+		VolumeInitializationRate: v.InitRate, Tags: tagsXML(v.Tags)}
+	if v.SnapshotID != "" {
+		x.FastRestored = &v.FastRestored
+	}
 	x.Attachments = make([]attachmentXML, len(v.Attachments))
 	for i, a := range v.Attachments {
 		x.Attachments[i] = attachmentOf(a)

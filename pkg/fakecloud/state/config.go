@@ -20,6 +20,10 @@ type Durations struct {
 	InstanceStart     time.Duration `json:"instanceStart"`
 	InstanceStop      time.Duration `json:"instanceStop"`
 	InstanceTerminate time.Duration `json:"instanceTerminate"`
+	// Fast snapshot restore transitions: enabling → optimizing → enabled, and disabling → disabled.
+	FSREnabling   time.Duration `json:"fsrEnabling"`
+	FSROptimizing time.Duration `json:"fsrOptimizing"`
+	FSRDisabling  time.Duration `json:"fsrDisabling"`
 }
 
 // DefaultDurations are short, like a fast cloud on a good day.
@@ -36,6 +40,10 @@ func DefaultDurations() Durations {
 		InstanceStart:     500 * time.Millisecond,
 		InstanceStop:      500 * time.Millisecond,
 		InstanceTerminate: 500 * time.Millisecond,
+
+		FSREnabling:   500 * time.Millisecond,
+		FSROptimizing: time.Second,
+		FSRDisabling:  500 * time.Millisecond,
 	}
 }
 
@@ -65,10 +73,18 @@ type Config struct {
 	// TerminatedRetention is how long a terminated instance stays visible (DescribeInstances, in state
 	// terminated) before it vanishes; 0 forgets it once terminated.
 	TerminatedRetention time.Duration
+	// RestoreInitRate is the rate, in MiB/s, at which a volume restored from a snapshot without a provisioned
+	// rate or fast snapshot restore, or copied from another volume, initializes in the background (EBS's
+	// default rate, which EBS does not state); 0 initializes such volumes at once.
+	RestoreInitRate int32
 }
 
 // DefaultTerminatedRetention is EC2's: a terminated instance stays visible for about an hour.
 const DefaultTerminatedRetention = time.Hour
+
+// DefaultRestoreInitRate is the background initialization rate of restores and copies, in MiB/s: below
+// EBS's provisioned rates (100–300 MiB/s), which are sold as faster than the default.
+const DefaultRestoreInitRate = 64
 
 // DefaultClientTokenRetention keeps tokens a day: EC2's retention is not documented, and its idempotency
 // tokens are commonly said to hold for hours at least.
@@ -92,6 +108,9 @@ func (c *Config) validate() error {
 	}
 	if c.ClientTokenRetention < 0 {
 		return fmt.Errorf("a negative client token retention")
+	}
+	if c.RestoreInitRate < 0 {
+		return fmt.Errorf("a negative restore initialization rate")
 	}
 	if c.TerminatedRetention < 0 {
 		return fmt.Errorf("a negative terminated instance retention")

@@ -19,6 +19,9 @@ var (
 	instancePages     = pageLimits{min: 5, max: 1000, idsParam: "instanceIds"}
 	modificationPages = pageLimits{min: 1, max: 500, idsParam: "volumeIds"}
 	typePages         = pageLimits{min: 5, max: 100, idsParam: "instanceTypes"}
+	// EC2 documents 0–200 for DescribeFastSnapshotRestores, which takes no IDs.
+	fastRestorePages = pageLimits{min: 0, max: 200}
+	statusPages      = pageLimits{min: 5, max: 1000, idsParam: "volumeIds"}
 )
 
 // pageSize validates MaxResults: too small is refused, too large is clamped, absent means everything.

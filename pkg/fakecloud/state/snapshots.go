@@ -84,6 +84,7 @@ func (s *State) DeleteSnapshot(id string, dryRun bool) error {
 			return ec2err.DryRun()
 		}
 		s.setCopied(sn)
+		s.dropFastRestores(id)
 		delete(s.snapshots, id)
 		s.snapshotIDs.remove(id)
 		s.markDirty(kindSnapshot, id)

@@ -68,8 +68,11 @@ type State struct {
 	modifications map[string]*Modification
 	instances     map[string]*Instance
 	instanceIDs   idIndex
-	tokens        map[string]string // ClientToken → volume ID
-	tombstones    tombstones        // ClientTokens of deleted volumes (tokens.go)
+	// fastRestores are fast snapshot restores by fsrKey, listed in fastRestoreIDs' order.
+	fastRestores   map[string]*FastSnapshotRestore
+	fastRestoreIDs idIndex
+	tokens         map[string]string // ClientToken → volume ID
+	tombstones     tombstones        // ClientTokens of deleted volumes (tokens.go)
 	// uncopied counts, per volume, its pending snapshots whose copy is not done; the volume waits for them.
 	uncopied map[string]int
 
@@ -122,6 +125,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		snapshots:      map[string]*Snapshot{},
 		modifications:  map[string]*Modification{},
 		instances:      map[string]*Instance{},
+		fastRestores:   map[string]*FastSnapshotRestore{},
 		tokens:         map[string]string{},
 		tombstones:     newTombstones(),
 		uncopied:       map[string]int{},
@@ -232,6 +236,16 @@ func (s *State) load() error {
 			s.markPending(kindInstance, id)
 			return nil
 		}},
+		{kindFastRestore, func(key string, raw []byte) error {
+			f := &FastSnapshotRestore{}
+			if err := json.Unmarshal(raw, f); err != nil {
+				return err
+			}
+			s.fastRestores[key] = f
+			s.fastRestoreIDs.insert(key)
+			s.markPending(kindFastRestore, key)
+			return nil
+		}},
 		{kindTombstone, func(token string, raw []byte) error {
 			tb := &Tombstone{}
 			if err := json.Unmarshal(raw, tb); err != nil {
@@ -319,6 +333,10 @@ func (s *State) flush() error {
 			if v, ok := s.instances[k.id]; ok {
 				rec = v
 			}
+		case kindFastRestore:
+			if v, ok := s.fastRestores[k.id]; ok {
+				rec = v
+			}
 		case kindTombstone:
 			if v, ok := s.tombstones.byToken[k.id]; ok {
 				rec = v
@@ -391,6 +409,7 @@ func (s *State) reload() error {
 	s.modifications, s.instances = map[string]*Modification{}, map[string]*Instance{}
 	s.tokens, s.tombstones, s.uncopied = map[string]string{}, newTombstones(), map[string]int{}
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
+	s.fastRestores, s.fastRestoreIDs = map[string]*FastSnapshotRestore{}, idIndex{}
 	clear(s.pending)
 	clear(s.dirty)
 	s.dropJobs()

@@ -19,6 +19,8 @@ func (s *State) advance(now time.Time) {
 			settled = s.advanceModification(now, k.id)
 		case kindInstance:
 			settled = s.advanceInstance(now, k.id)
+		case kindFastRestore:
+			settled = s.advanceFastRestore(now, k.id)
 		default:
 			settled = true
 		}
@@ -252,6 +254,10 @@ func (s *State) dueOf(k pendingKey) (time.Time, bool) {
 		return untimed, false
 	case kindInstance:
 		return s.instanceDue(k.id)
+	case kindFastRestore:
+		if f, ok := s.fastRestores[k.id]; ok {
+			return f.DueAt, false
+		}
 	case kindModification:
 		if m, ok := s.modifications[k.id]; ok {
 			if m.State == ModModifying {

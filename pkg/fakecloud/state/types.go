@@ -91,6 +91,13 @@ type Volume struct {
 	ModHistory     []time.Time  `json:"modHistory,omitempty"`
 	ClientToken    string       `json:"clientToken,omitempty"`
 	ParamsHash     string       `json:"paramsHash,omitempty"`
+	// InitRate is CreateVolume's VolumeInitializationRate in MiB/s; 0 when none was asked.
+	InitRate int32 `json:"initRate,omitempty"`
+	// FastRestored: the volume restored a snapshot whose fast snapshot restore was enabled in its zone, so it
+	// was initialized at creation.
+	FastRestored bool `json:"fastRestored,omitempty"`
+	// SourceGiB is the size of the snapshot restored or the volume copied: what initialization fetches.
+	SourceGiB int32 `json:"sourceGiB,omitempty"`
 }
 
 // Attachment binds a volume to an instance under a device name.

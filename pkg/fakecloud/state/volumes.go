@@ -28,6 +28,9 @@ type CreateVolumeInput struct {
 	Encrypted  bool
 	KmsKeyID   string
 	SnapshotID string
+	// InitRate is VolumeInitializationRate (MiB/s), only with SnapshotID. Left out of the ClientToken's
+	// fingerprint when absent, so tokens recorded before it existed still match.
+	InitRate *int32 `json:",omitempty"`
 	// SourceVolumeID makes the volume a copy of another (CopyVolumes): same zone, its bytes, its size or more.
 	SourceVolumeID string
 	Zone           string
@@ -125,6 +128,9 @@ func (s *State) planVolume(in CreateVolumeInput, now time.Time) (*Volume, chan s
 		v.Type = "gp2"
 	}
 	if err := s.applySource(v, in); err != nil {
+		return nil, nil, err
+	}
+	if err := s.applyInitRate(v, in); err != nil {
 		return nil, nil, err
 	}
 	if utf8.RuneCountInString(in.KmsKeyID) > maxKmsKeyID {
@@ -263,7 +269,7 @@ type sourceOf struct {
 // inherit gives v its source's size unless a larger one is asked (tooSmall, with the size asked, the source's ID
 // and its size, refuses a smaller one), and its source's encryption.
 func inherit(v *Volume, sizeGiB *int32, src sourceOf, tooSmall, srcID string) error {
-	v.SizeGiB = src.sizeGiB
+	v.SizeGiB, v.SourceGiB = src.sizeGiB, src.sizeGiB
 	if sizeGiB != nil {
 		if *sizeGiB < src.sizeGiB {
 			return ec2err.New(ec2err.CodeInvalidParameterValue, tooSmall, *sizeGiB, srcID, src.sizeGiB)
