@@ -55,6 +55,11 @@ type Cloud interface {
 	// (ReadyToUse tells). It is idempotent by name; a name already used for another disk's snapshot gives
 	// ErrAlreadyExists.
 	CreateSnapshot(ctx context.Context, name, volumeID string, opts SnapshotOptions) (*Snapshot, error)
+	// EnableFastSnapshotRestores turns on fast snapshot restore for a snapshot in zones, so that disks
+	// restored there are initialized at creation. It returns once the cloud has accepted it for every zone; the
+	// restores become fast later, without the caller. A refusal for any zone (an unknown snapshot or zone)
+	// gives an error matching its kind: ErrNotFound, ErrInvalidArgument.
+	EnableFastSnapshotRestores(ctx context.Context, snapshotID string, zones []string) error
 	// WaitForSnapshot waits until a snapshot is completed; ErrFailed if it fails in the cloud.
 	WaitForSnapshot(ctx context.Context, snapshotID string) (*Snapshot, error)
 	// DeleteSnapshot deletes a snapshot; ErrNotFound if there is none.

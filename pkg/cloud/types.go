@@ -107,6 +107,9 @@ type DiskOptions struct {
 	Encrypted  bool
 	KMSKeyID   string
 	SnapshotID string
+	// InitializationRate is the rate, in MiB/s, at which a disk restored from SnapshotID is initialized from
+	// it (EBS's Provisioned Rate for Volume Initialization); 0 leaves it to the cloud. Only with SnapshotID.
+	InitializationRate int32
 	// SourceDiskID makes the disk a copy of another (a clone): the copy is made in the source's zone, which
 	// Zone must name, with at least its size (SizeGiB defaults to it).
 	SourceDiskID string

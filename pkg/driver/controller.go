@@ -146,6 +146,11 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	default:
 		return nil, status.Error(codes.InvalidArgument, "a volume's content source must be a snapshot or a volume")
 	}
+	if opts.InitializationRate != 0 && opts.SnapshotID == "" {
+		// The rate applies to restores only; a class serves empty volumes and clones too.
+		klog.V(4).InfoS("Parameter volumeInitializationRate ignored: the volume is not restored from a snapshot", "name", name)
+		opts.InitializationRate = 0
+	}
 	if opts.SizeGiB, err = sizeGiB(req.GetCapacityRange(), fallback); err != nil {
 		return nil, err
 	}

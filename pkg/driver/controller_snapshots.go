@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -27,8 +29,13 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	case source == "":
 		return nil, status.Error(codes.InvalidArgument, "source volume ID is required")
 	}
-	opts, err := parseSnapshotParams(req.GetParameters())
+	params, err := parseSnapshotParams(req.GetParameters())
 	if err != nil {
+		return nil, rpcError(err)
+	}
+	// Zones are checked before the snapshot is made, so that a typo refuses the request rather than
+	// leave a snapshot without its fast restores.
+	if err := c.checkZones(ctx, params.fastRestoreZones); err != nil {
 		return nil, rpcError(err)
 	}
 	release, err := c.inFlight.hold(ctx, "snapshot name", name)
@@ -39,12 +46,51 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if !validVolumeID(source) {
 		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", source)
 	}
-	snap, err := c.cloud.CreateSnapshot(ctx, name, source, opts)
+	snap, err := c.cloud.CreateSnapshot(ctx, name, source, params.opts)
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("snapshot %q of volume %s: %w", name, source, err))
 	}
+	if err := c.enableFastRestores(ctx, snap, params.fastRestoreZones); err != nil {
+		return nil, rpcError(err)
+	}
 	klog.InfoS("Snapshot created", "name", name, "snapshotID", snap.ID, "volumeID", source, "ready", snap.ReadyToUse)
 	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap)}, nil
+}
+
+// checkZones refuses zones the region does not offer.
+func (c *ControllerServer) checkZones(ctx context.Context, zones []string) error {
+	if len(zones) == 0 {
+		return nil
+	}
+	offered, err := c.offeredZones(ctx)
+	if err != nil {
+		return err
+	}
+	for _, z := range zones {
+		if !slices.Contains(offered, z) {
+			return invalidParam("parameter %q: zone %q is not one of the region's (%s)", ParamFastSnapshotRestoreZones, z, strings.Join(offered, ", "))
+		}
+	}
+	return nil
+}
+
+// enableFastRestores turns on fast snapshot restore for a new snapshot in zones, right after its creation
+// (the cloud accepts it for a pending snapshot). When the cloud refuses, the snapshot is deleted, as the EBS
+// driver does, so that the retried CreateSnapshot makes it anew with its fast restores rather than find a
+// snapshot without them. A retry after success enables again, which is idempotent.
+func (c *ControllerServer) enableFastRestores(ctx context.Context, snap *cloud.Snapshot, zones []string) error {
+	if len(zones) == 0 {
+		return nil
+	}
+	err := c.cloud.EnableFastSnapshotRestores(ctx, snap.ID, zones)
+	if err == nil {
+		return nil
+	}
+	if derr := c.cloud.DeleteSnapshot(ctx, snap.ID); derr != nil && !errors.Is(derr, cloud.ErrNotFound) {
+		return fmt.Errorf("fast snapshot restore of snapshot %s in %v: %w; deleting the snapshot failed too: %w", snap.ID, zones, err, derr)
+	}
+	klog.InfoS("Fast snapshot restore refused; snapshot deleted", "snapshotID", snap.ID, "zones", zones, "err", err)
+	return fmt.Errorf("fast snapshot restore of snapshot %s in %v (the snapshot was deleted): %w", snap.ID, zones, err)
 }
 
 func (c *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {

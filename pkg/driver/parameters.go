@@ -27,6 +27,9 @@ const (
 	ParamInodeSize         = "inodesize"
 	ParamBytesPerInode     = "bytesperinode"
 	ParamNumberOfInodes    = "numberofinodes"
+	// ParamVolumeInitializationRate is EBS's Provisioned Rate for Volume Initialization, MiB/s, applied to
+	// volumes restored from a snapshot.
+	ParamVolumeInitializationRate = "volumeinitializationrate"
 
 	ParamFSType       = "csi.storage.k8s.io/fstype"
 	ParamPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -37,6 +40,16 @@ const (
 	ParamSnapshotName        = "csi.storage.k8s.io/volumesnapshot/name"
 	ParamSnapshotNamespace   = "csi.storage.k8s.io/volumesnapshot/namespace"
 	ParamSnapshotContentName = "csi.storage.k8s.io/volumesnapshotcontent/name"
+
+	// ParamFastSnapshotRestoreZones (VolumeSnapshotClass): comma-separated zones to turn fast snapshot restore
+	// on in for each new snapshot.
+	ParamFastSnapshotRestoreZones = "fastsnapshotrestoreavailabilityzones"
+)
+
+// EBS's bounds on the volume initialization rate, MiB/s.
+const (
+	minInitializationRate = 100
+	maxInitializationRate = 300
 )
 
 // volumeParams are CreateVolume's parameters, parsed and checked.
@@ -139,6 +152,12 @@ func (p *volumeParams) set(key, value string) error {
 		}
 	case lower == ParamKMSKeyID:
 		p.disk.KMSKeyID = value
+	case lower == ParamVolumeInitializationRate:
+		p.disk.InitializationRate, err = positiveInt32(key, value)
+		if err == nil && (p.disk.InitializationRate < minInitializationRate || p.disk.InitializationRate > maxInitializationRate) {
+			err = invalidParam("parameter %q must be between %d and %d (MiB/s), not %d", key, minInitializationRate, maxInitializationRate,
+				p.disk.InitializationRate)
+		}
 	case strings.HasPrefix(lower, ParamTagSpecPrefix):
 		p.tagSpecs = append(p.tagSpecs, tagParam{key, value})
 	case lower == ParamBlockSize, lower == ParamInodeSize, lower == ParamBytesPerInode, lower == ParamNumberOfInodes:
@@ -275,10 +294,18 @@ func parseMutableParams(params map[string]string) (mutableParams, error) {
 	return m, nil
 }
 
+// snapshotParams are CreateSnapshot's parameters, parsed and checked.
+type snapshotParams struct {
+	opts cloud.SnapshotOptions
+	// fastRestoreZones are the zones to turn fast snapshot restore on in, in the order given, without repeats.
+	fastRestoreZones []string
+}
+
 // parseSnapshotParams reads VolumeSnapshotClass parameters: tags, whose values may name the snapshot's objects
-// (package tagspec), plus the snapshotter's metadata, recorded as tags.
-func parseSnapshotParams(params map[string]string) (cloud.SnapshotOptions, error) {
+// (package tagspec), plus the snapshotter's metadata, recorded as tags; and the fast snapshot restore zones.
+func parseSnapshotParams(params map[string]string) (snapshotParams, error) {
 	var (
+		p     snapshotParams
 		specs []tagParam
 		names tagspec.Data
 		meta  = map[string]string{}
@@ -293,21 +320,47 @@ func parseSnapshotParams(params map[string]string) (cloud.SnapshotOptions, error
 		case ParamSnapshotContentName:
 			names.VolumeSnapshotContentName = value
 		default:
-			if !strings.HasPrefix(strings.ToLower(key), ParamTagSpecPrefix) {
-				return cloud.SnapshotOptions{}, invalidParam("unknown snapshot parameter %q", key)
+			lower := strings.ToLower(key)
+			switch {
+			case lower == ParamFastSnapshotRestoreZones:
+				zones, err := zoneList(key, value)
+				if err != nil {
+					return snapshotParams{}, err
+				}
+				p.fastRestoreZones = zones
+			case strings.HasPrefix(lower, ParamTagSpecPrefix):
+				specs = append(specs, tagParam{key, value})
+			default:
+				return snapshotParams{}, invalidParam("unknown snapshot parameter %q", key)
 			}
-			specs = append(specs, tagParam{key, value})
 			continue
 		}
 		meta["kubernetes.io/created-for/"+strings.TrimPrefix(key, "csi.storage.k8s.io/")] = value
 	}
 	tags, err := renderTags(specs, names)
 	if err != nil {
-		return cloud.SnapshotOptions{}, err
+		return snapshotParams{}, err
 	}
 	if len(meta) > 0 && tags == nil {
 		tags = map[string]string{}
 	}
 	maps.Copy(tags, meta)
-	return cloud.SnapshotOptions{Tags: tags}, nil
+	p.opts = cloud.SnapshotOptions{Tags: tags}
+	return p, nil
+}
+
+// zoneList reads a comma-separated list of zones ("us-east-1a, us-east-1b"): spaces and repeats are dropped,
+// an empty list or entry refused.
+func zoneList(key, value string) ([]string, error) {
+	var zones []string
+	for _, z := range strings.Split(value, ",") {
+		z = strings.TrimSpace(z)
+		if z == "" {
+			return nil, invalidParam("parameter %q: %q is not a comma-separated list of zones", key, value)
+		}
+		if !slices.Contains(zones, z) {
+			zones = append(zones, z)
+		}
+	}
+	return zones, nil
 }

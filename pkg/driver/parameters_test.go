@@ -101,14 +101,14 @@ func TestParseSnapshotParams(t *testing.T) {
 	}
 	want := map[string]string{"a": "b", "kubernetes.io/created-for/volumesnapshot/name": "snap", "kubernetes.io/created-for/volumesnapshot/namespace": "ns"}
 	for k, v := range want {
-		if o.Tags[k] != v {
-			t.Errorf("tag %s = %q, want %q (all: %v)", k, o.Tags[k], v, o.Tags)
+		if o.opts.Tags[k] != v {
+			t.Errorf("tag %s = %q, want %q (all: %v)", k, o.opts.Tags[k], v, o.opts.Tags)
 		}
 	}
 	o, err = parseSnapshotParams(map[string]string{"tagSpecification_1": "for={{ .VolumeSnapshotNamespace }}/{{ .VolumeSnapshotName }}",
 		ParamSnapshotName: "snap", ParamSnapshotNamespace: "ns", ParamSnapshotContentName: "content-1"})
-	if err != nil || o.Tags["for"] != "ns/snap" || o.Tags["kubernetes.io/created-for/volumesnapshotcontent/name"] != "content-1" {
-		t.Errorf("templated snapshot tags = %v, %v", o.Tags, err)
+	if err != nil || o.opts.Tags["for"] != "ns/snap" || o.opts.Tags["kubernetes.io/created-for/volumesnapshotcontent/name"] != "content-1" {
+		t.Errorf("templated snapshot tags = %v, %v", o.opts.Tags, err)
 	}
 	if _, err := parseSnapshotParams(map[string]string{"tagSpecification_1": "x={{ printf \"%9999d\" 1 }}"}); !errors.Is(err, errInvalidParameter) {
 		t.Errorf("refused template function: %v", err)
@@ -116,5 +116,48 @@ func TestParseSnapshotParams(t *testing.T) {
 	if _, err := parseSnapshotParams(map[string]string{"type": "x"}); !errors.Is(err, errInvalidParameter) {
 		t.Errorf("unknown snapshot parameter: %v", err)
 	}
-	var _ cloud.SnapshotOptions = o
+	var _ cloud.SnapshotOptions = o.opts
+}
+
+func TestParseSnapshotFastRestoreZones(t *testing.T) {
+	cases := []struct {
+		value string
+		want  []string
+	}{
+		{"us-east-1a", []string{"us-east-1a"}},
+		{" us-east-1a , us-east-1b,us-east-1a", []string{"us-east-1a", "us-east-1b"}},
+		{"", nil},
+		{"us-east-1a,,us-east-1b", nil},
+		{" , ", nil},
+	}
+	for _, tc := range cases {
+		for _, key := range []string{"fastSnapshotRestoreAvailabilityZones", ParamFastSnapshotRestoreZones} {
+			p, err := parseSnapshotParams(map[string]string{key: tc.value})
+			switch {
+			case tc.want == nil && !errors.Is(err, errInvalidParameter):
+				t.Errorf("%s=%q: %v, %v; want refused", key, tc.value, p.fastRestoreZones, err)
+			case tc.want != nil && (err != nil || strings.Join(p.fastRestoreZones, ",") != strings.Join(tc.want, ",")):
+				t.Errorf("%s=%q: %v, %v; want %v", key, tc.value, p.fastRestoreZones, err, tc.want)
+			}
+		}
+	}
+}
+
+func TestParseVolumeInitializationRate(t *testing.T) {
+	cases := []struct {
+		value string
+		want  int32
+	}{
+		{"100", 100}, {"300", 300}, {"250", 250},
+		{"99", 0}, {"301", 0}, {"0", 0}, {"-5", 0}, {"fast", 0},
+	}
+	for _, tc := range cases {
+		p, err := parseVolumeParams(map[string]string{"volumeInitializationRate": tc.value}, nil)
+		switch {
+		case tc.want == 0 && !errors.Is(err, errInvalidParameter):
+			t.Errorf("%q: %d, %v; want refused", tc.value, p.disk.InitializationRate, err)
+		case tc.want != 0 && (err != nil || p.disk.InitializationRate != tc.want):
+			t.Errorf("%q: %d, %v; want %d", tc.value, p.disk.InitializationRate, err, tc.want)
+		}
+	}
 }

@@ -128,6 +128,8 @@ func (c *Cloud) createVolumeInput(name string, opts cloud.DiskOptions) *ec2.Crea
 		KmsKeyId:           nonEmpty(opts.KMSKeyID),
 		SnapshotId:         nonEmpty(opts.SnapshotID),
 		MultiAttachEnabled: trueOrNil(opts.MultiAttach),
+		// EC2 refuses a rate without a snapshot; CopyVolumes takes none.
+		VolumeInitializationRate: positive(opts.InitializationRate),
 	}
 }
 
