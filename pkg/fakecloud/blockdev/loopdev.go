@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 
@@ -28,12 +27,14 @@ const (
 // autoclear, so it survives this process and stays until it is detached explicitly. flags are LO_FLAGS_* to
 // bind with (LO_FLAGS_DIRECT_IO); a kernel that refuses direct I/O for the file gets a buffered device.
 func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, error) {
-	file, err := os.OpenFile(backingFile, os.O_RDWR, 0)
+	// A plain descriptor, not an *os.File: Go would register it with epoll, and epoll_ctl on a file of a FUSE
+	// filesystem served by this very process asks that server while holding the runtime's epoll lock.
+	fd, err := unix.Open(backingFile, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open backing file: %w", err)
 	}
 	// The kernel keeps its own reference to the file once bound.
-	defer file.Close()
+	defer unix.Close(fd)
 	ctl, err := unix.Open(loopControl, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open %s: %w", loopControl, err)
@@ -51,7 +52,7 @@ func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, 
 		if err != nil {
 			return "", fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
 		}
-		dev, err := bindLoop(n, int(file.Fd()), backingFile, flags)
+		dev, err := bindLoop(n, fd, backingFile, flags)
 		if errors.Is(err, unix.EBUSY) {
 			klog.V(4).InfoS("Free loop device taken by someone else, retrying", "number", n, "attempt", attempt)
 			lastErr = err

@@ -202,6 +202,7 @@ func Mount(cfg Config) (*FS, error) {
 		defer close(f.served)
 		srv.Serve()
 	}()
+	disablePoll(cfg.MountPoint)
 	klog.InfoS("Serving volume files through FUSE", "mountPoint", cfg.MountPoint, "dir", cfg.Dir)
 	return f, nil
 }
@@ -261,4 +262,22 @@ func (f *FS) before(volumeID string, op Op, off, n int64) syscall.Errno {
 	}
 	klog.V(4).InfoS("I/O refused by policy", "volume", volumeID, "op", op.String(), "off", off, "len", n, "err", err)
 	return toErrno(err)
+}
+
+// pollHackName is the file go-fuse answers FUSE_POLL for with ENOSYS (its WaitMount does this, but not for a
+// mount handed over as /dev/fd/N).
+const pollHackName = ".go-fuse-epoll-hack"
+
+// disablePoll makes the kernel stop sending FUSE_POLL. Go registers every file it opens with its epoll set, and
+// epoll_ctl on a FUSE file asks the server (FUSE_POLL) while holding that set's lock, which the runtime's
+// network poller waits for: a process that serves FUSE and opens its own files (attaching a loop device, say)
+// deadlocks in D state. One poll answered ENOSYS makes the kernel treat the files as always ready instead.
+func disablePoll(mountPoint string) {
+	fd, err := unix.Open(filepath.Join(mountPoint, pollHackName), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		klog.ErrorS(err, "Disabling FUSE poll failed", "mountPoint", mountPoint)
+		return
+	}
+	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
 }
