@@ -97,11 +97,13 @@ e2e-tools:
 # test/bench drives the driver and fakecloud binaries through CSI: 100 parallel create → publish → unpublish →
 # delete cycles with instant and 1 s transitions (JSON per run), the same called as the sidecars do with and
 # without 30 % of EC2 calls refused, 1,000 cycles on 50 instances under EC2's request limits (about 20 min),
-# expand and modify at once, and NodeStageVolume against the same mkfs + mount by hand (root).
+# expand and modify at once, and NodeStageVolume against the same mkfs + mount by hand (root); fakecloud's FUSE
+# backend against its loop devices (root).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/fakecloud/loadbench/
+	$(GO) test -run '^$$' -bench BackendIO -benchtime 1x ./pkg/fakecloud/blockdev/
 	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
 	$(GO) run ./test/bench controller --bin $(BIN) --sidecar --profiles instant,1s --start cold --runs $(BENCH_RUNS) \
 		--fakecloud-args ';--fault-error=*=0.3:RequestLimitExceeded:before'

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 )
@@ -344,7 +345,7 @@ func TestInstanceStateAfterRestart(t *testing.T) {
 // TestTerminateReleasesLoopDevice: on loop devices, termination releases the device of a volume still mounted on
 // the instance, as a forced detach does.
 func TestTerminateReleasesLoopDevice(t *testing.T) {
-	env := startLoopCloud(t)
+	env := startLoopCloud(t, fakecloud.BackendLoop)
 	c := env.EC2(t)
 	a := env.Instances[zoneA]
 	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})

@@ -17,10 +17,12 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskforge/diskforge/internal/hostclean"
 	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
 func requireLoop(t *testing.T) {
@@ -29,12 +31,23 @@ func requireLoop(t *testing.T) {
 	testutil.RequireTools(t, "mkfs.ext4", "blockdev")
 }
 
-// startLoopCloud runs fakecloud on loop devices and, whatever happens, releases every device and mount the test
-// made under its data directory.
-func startLoopCloud(t *testing.T) *fakecloudtest.Env {
+// startLoopCloud runs fakecloud on loop devices (backend loop or fuse) and, whatever happens, releases every
+// device and mount the test made under its data directory.
+func startLoopCloud(t *testing.T, backend string) *fakecloudtest.Env {
 	t.Helper()
 	requireLoop(t)
-	env := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop})
+	dir := t.TempDir()
+	if backend == fakecloud.BackendFuse {
+		testutil.SkipUnless(t, fuseblock.Available(), "fuse backend needs /dev/fuse")
+		// Last resort after Close: devices of the FUSE mount first, while their files still have a path.
+		t.Cleanup(func() {
+			if err := hostclean.ReleaseLoopsUnder(dir); err != nil {
+				t.Logf("cleanup: %v", err)
+			}
+			testutil.UnmountUnder(t, dir)
+		})
+	}
+	env := fakecloudtest.Start(t, fakecloudtest.Options{Backend: backend, DataDir: dir})
 	t.Cleanup(func() {
 		vols, _, _ := env.Server.State.DescribeVolumes(statelessDescribe())
 		for _, v := range vols {
@@ -65,8 +78,25 @@ func unmountDevice(t *testing.T, dev string) {
 	}
 }
 
+// deviceFiler is the fuse backend, whose devices are bound to a FUSE view of the volume file.
+type deviceFiler interface{ DeviceFile(volumeID string) string }
+
+// boundFile is the file the volume's loop device is bound to.
+func boundFile(b blockdev.Backend, volumeID string) string {
+	if df, ok := b.(deviceFiler); ok {
+		return df.DeviceFile(volumeID)
+	}
+	return b.VolumeFile(volumeID)
+}
+
 func TestLoopBackendThroughAPI(t *testing.T) {
-	env := startLoopCloud(t)
+	for _, backend := range []string{fakecloud.BackendLoop, fakecloud.BackendFuse} {
+		t.Run(backend, func(t *testing.T) { testBackendThroughAPI(t, backend) })
+	}
+}
+
+func testBackendThroughAPI(t *testing.T, backend string) {
+	env := startLoopCloud(t, backend)
 	c := env.EC2(t)
 	ctx := context.Background()
 	inst := env.Instances[zoneA]
@@ -78,7 +108,7 @@ func TestLoopBackendThroughAPI(t *testing.T) {
 	if dev == "" {
 		t.Fatal("attached volume has no loop device")
 	}
-	found, err := blockdev.FindLoopDevice(env.Server.Backend.VolumeFile(vol))
+	found, err := blockdev.FindLoopDevice(boundFile(env.Server.Backend, vol))
 	if err != nil || found != dev {
 		t.Fatalf("FindLoopDevice by backing file = %q, %v; want %s", found, err, dev)
 	}
@@ -131,7 +161,7 @@ func TestLoopBackendThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDetached(t, c, restored)
-	if found, _ := blockdev.FindLoopDevice(env.Server.Backend.VolumeFile(restored)); found != "" {
+	if found, _ := blockdev.FindLoopDevice(boundFile(env.Server.Backend, restored)); found != "" {
 		t.Errorf("detached volume still on %s", found)
 	}
 
@@ -180,6 +210,34 @@ func TestLoopDevicesSurviveRestart(t *testing.T) {
 	second := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendLoop, DataDir: dir})
 	if got := second.Server.Backend.DevicePath(vol); got != dev {
 		t.Errorf("after restart device %q, want %q", got, dev)
+	}
+	if got := readAt(t, dev, 7, 0); string(got) != "persist" {
+		t.Errorf("data after restart %q", got)
+	}
+	c = second.EC2(t)
+	if _, err := c.DetachVolume(context.Background(), &ec2.DetachVolumeInput{VolumeId: &vol}); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, c, vol)
+}
+
+// TestFuseDevicesRebindAfterRestart: the fuse backend's devices end with the process that serves them; after
+// a restart the attached volume has a device again, with its data.
+func TestFuseDevicesRebindAfterRestart(t *testing.T) {
+	first := startLoopCloud(t, fakecloud.BackendFuse)
+	c := first.EC2(t)
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)})
+	attached(t, c, vol, first.Instances[zoneA], "/dev/xvdba")
+	writeAt(t, first.Server.Backend.DevicePath(vol), []byte("persist"), 0)
+	first.Close()
+	if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(first.DataDir)); err != nil || len(left) > 0 {
+		t.Fatalf("mounts left after Close: %v, %v", left, err)
+	}
+
+	second := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendFuse, DataDir: first.DataDir})
+	dev := second.Server.Backend.DevicePath(vol)
+	if dev == "" {
+		t.Fatal("attached volume has no device after restart")
 	}
 	if got := readAt(t, dev, 7, 0); string(got) != "persist" {
 		t.Errorf("data after restart %q", got)

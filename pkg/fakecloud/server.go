@@ -3,6 +3,7 @@
 package fakecloud
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/auth"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/fakecloud/store"
 )
@@ -25,15 +27,20 @@ const (
 	BackendAuto = "auto"
 	BackendLoop = "loop"
 	BackendFile = "file"
+	// BackendFuse puts fakecloud's own FUSE filesystem between loop devices and volume files, so every block
+	// I/O passes through fakecloud. Never chosen by auto.
+	BackendFuse = "fuse"
 )
 
 // Config is everything fakecloud is made of.
 type Config struct {
 	DataDir string
-	// Backend is loop, file or auto (loop where root and /dev/loop-control exist).
+	// Backend is loop, fuse, file or auto (loop where root and /dev/loop-control exist).
 	Backend string
-	Cloud   state.Config
-	Faults  faults.Config
+	// IOPolicy sees every block I/O of the fuse backend's volumes; nil lets all through.
+	IOPolicy fuseblock.Policy
+	Cloud    state.Config
+	Faults   faults.Config
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
 	AccessKeys map[string]string
 	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
@@ -67,7 +74,7 @@ type Server struct {
 	Faults  *faults.Injector
 	Backend blockdev.Backend
 	Handler http.Handler
-	// BackendName is the backend actually chosen (loop or file).
+	// BackendName is the backend actually chosen (loop, fuse or file).
 	BackendName string
 	store       *store.Store
 }
@@ -84,7 +91,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NoSync {
 		backendOpts = append(backendOpts, blockdev.NoSync())
 	}
-	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, backendOpts...)
+	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, cfg.IOPolicy, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
 }
 
-func openBackend(kind, dataDir string, opts ...blockdev.Option) (blockdev.Backend, string, error) {
+func openBackend(kind, dataDir string, policy fuseblock.Policy, opts ...blockdev.Option) (blockdev.Backend, string, error) {
 	if kind == "" || kind == BackendAuto {
 		kind = BackendLoop
 		if err := blockdev.Available(); err != nil {
@@ -133,8 +140,11 @@ func openBackend(kind, dataDir string, opts ...blockdev.Option) (blockdev.Backen
 	case BackendFile:
 		b, err := blockdev.NewFileBackend(dataDir, opts...)
 		return b, kind, err
+	case BackendFuse:
+		b, err := blockdev.NewFuseBackend(context.Background(), dataDir, blockdev.FuseOptions{Policy: policy}, opts...)
+		return b, kind, err
 	}
-	return nil, "", fmt.Errorf("unknown backend %q (want loop, file or auto)", kind)
+	return nil, "", fmt.Errorf("unknown backend %q (want loop, fuse, file or auto)", kind)
 }
 
 // warnLargestFile says at start when the data directory cannot hold the largest EBS volumes: a volume (or a
@@ -151,7 +161,8 @@ func warnLargestFile(dataDir string) {
 }
 
 // Close stops transitions and closes the store. Loop devices stay bound for the next start, as disks stay
-// attached while a control plane restarts.
+// attached while a control plane restarts; the fuse backend's cannot outlive its server, so it releases them
+// and unmounts, and the next start binds them again.
 func (s *Server) Close() error {
 	s.State.Close()
 	err := s.store.Close()

@@ -35,9 +35,10 @@ var backendCases = []backendCase{
 		b, _ := newLoopBackendT(t, t.TempDir())
 		return b
 	}},
+	{"fuse", func(t *testing.T) Backend { return newFuseBackendT(t, t.TempDir(), nil) }},
 }
 
-// TestBackendContract checks the semantics both backends promise to the state layer.
+// TestBackendContract checks the semantics every backend promises to the state layer.
 func TestBackendContract(t *testing.T) {
 	const mib = 1 << 20
 	for _, bc := range backendCases {

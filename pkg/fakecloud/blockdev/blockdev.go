@@ -1,6 +1,7 @@
 // Package blockdev stores fakecloud's volumes and snapshots as sparse files under a data directory and, in the
-// loop backend, exposes attached volumes as real Linux loop devices. The state package decides what happens;
-// this package only does it to files and devices.
+// loop and fuse backends, exposes attached volumes as real Linux loop devices (in the fuse backend bound to the
+// files as fakecloud's own FUSE filesystem serves them). The state package decides what happens; this package
+// only does it to files and devices.
 package blockdev
 
 import (
@@ -59,7 +60,8 @@ type Backend interface {
 	// RemoveTemporaryFiles removes the temporary files of copies a crash cut short. Call it only when no copy is
 	// in flight: at start.
 	RemoveTemporaryFiles() error
-	// VolumeFile is the path of the volume's backing file; loop devices name it as their backing_file.
+	// VolumeFile is the path of the volume's backing file; the loop backend's devices name it as their
+	// backing_file (the fuse backend's name its FUSE view, FuseBackend.DeviceFile).
 	VolumeFile(volumeID string) string
 	// Close releases nothing on disk; it only stops background work. Devices stay bound across restarts.
 	Close() error

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/pkg/loopdev"
@@ -16,6 +17,15 @@ import (
 // or a CSI node plugin, sees the same attachments.
 type LoopBackend struct {
 	volumeFiles
+	// bound is the file a volume's loop device is bound to and boundID its inverse (false for files that are
+	// not ours): the volume file itself here, its FUSE view in FuseBackend.
+	bound   func(volumeID string) string
+	boundID func(path string) (volumeID string, ok bool)
+	// loopFlags are the LO_FLAGS_* devices are bound with.
+	loopFlags uint32
+	// beforeCapacity runs between growing the file and the device's re-reading its size (FuseBackend: the
+	// kernel's idea of the FUSE file's size must catch up first).
+	beforeCapacity func(volumeID string, sizeBytes int64) error
 }
 
 var _ Backend = (*LoopBackend)(nil)
@@ -29,7 +39,7 @@ func NewLoopBackend(dataDir string, opts ...Option) (*LoopBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &LoopBackend{volumeFiles: volumeFiles{store: s}}
+	b := &LoopBackend{volumeFiles: volumeFiles{store: s}, bound: s.volumeFile, boundID: s.volumeIDOf}
 	b.flush = b.flushDevice
 	return b, nil
 }
@@ -37,7 +47,7 @@ func NewLoopBackend(dataDir string, opts ...Option) (*LoopBackend, error) {
 // flushDevice writes the cached blocks of the volume's device, if one is bound, to its file. A copy goes on
 // even when the flush fails: it is as consistent as a crash, the promise EBS makes.
 func (b *LoopBackend) flushDevice(volumeID string) {
-	if d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID)); err == nil && ok {
+	if d, ok, err := hostSysfs().FindByBackingFile(b.bound(volumeID)); err == nil && ok {
 		if err := syncLoop(d); err != nil {
 			klog.V(2).InfoS("Flushing device before copy failed, copying anyway", "volume", volumeID,
 				"device", d.Path(), "err", err)
@@ -67,9 +77,14 @@ func (b *LoopBackend) ResizeVolume(_ context.Context, volumeID string, sizeBytes
 	}
 	// Refresh even when the file already had the size: a crash between truncate and refresh is repaired by
 	// the state layer replaying the resize.
-	d, ok, err := hostSysfs().FindByBackingFile(b.store.volumeFile(volumeID))
+	d, ok, err := hostSysfs().FindByBackingFile(b.bound(volumeID))
 	if err != nil || !ok {
 		return err
+	}
+	if b.beforeCapacity != nil {
+		if err := b.beforeCapacity(volumeID, sizeBytes); err != nil {
+			return fmt.Errorf("resize volume %s: %w", volumeID, err)
+		}
 	}
 	if err := setLoopCapacity(d); err != nil {
 		return fmt.Errorf("resize volume %s: %w", volumeID, err)
@@ -89,13 +104,16 @@ func (b *LoopBackend) attachLocked(ctx context.Context, volumeID string) (string
 	if _, err := b.store.volumeSize(volumeID); err != nil {
 		return "", err
 	}
-	file := b.store.volumeFile(volumeID)
+	file := b.bound(volumeID)
 	if d, ok, err := hostSysfs().FindByBackingFile(file); err != nil || ok {
 		return d.Path(), err
 	}
-	dev, err := attachLoop(ctx, file)
+	dev, err := attachLoop(ctx, file, b.loopFlags)
 	if err != nil {
 		return "", fmt.Errorf("attach volume %s: %w", volumeID, err)
+	}
+	if b.loopFlags&unix.LO_FLAGS_DIRECT_IO != 0 {
+		warnBuffered(volumeID, dev)
 	}
 	klog.InfoS("Attached volume", "volume", volumeID, "device", dev)
 	return dev, nil
@@ -116,7 +134,7 @@ func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force b
 	if err != nil {
 		return err
 	}
-	file := b.store.volumeFile(volumeID)
+	file := b.bound(volumeID)
 	for _, d := range devs {
 		if !d.Live() || d.Backing != file {
 			continue
@@ -146,7 +164,7 @@ func (b *LoopBackend) DevicePath(volumeID string) string {
 	if validateID("volume", volumeID) != nil {
 		return ""
 	}
-	dev, err := FindLoopDevice(b.store.volumeFile(volumeID))
+	dev, err := FindLoopDevice(b.bound(volumeID))
 	if err != nil {
 		klog.ErrorS(err, "Listing loop devices", "volume", volumeID)
 		return ""
@@ -173,7 +191,7 @@ func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
 		return err
 	}
 	for _, d := range devs {
-		id, ours := b.store.volumeIDOf(d.Backing)
+		id, ours := b.boundID(d.Backing)
 		if !ours || d.Autoclear || (want[id] && !d.Deleted) {
 			continue
 		}

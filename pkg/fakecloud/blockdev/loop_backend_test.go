@@ -17,14 +17,14 @@ import (
 	"github.com/diskforge/diskforge/pkg/loopdev"
 )
 
-func requireLoop(t *testing.T) {
+func requireLoop(t testing.TB) {
 	t.Helper()
 	testutil.SkipUnless(t, Available(), "loop backend needs root and /dev/loop-control")
 }
 
 // newLoopBackendT opens a loop backend on dir and makes sure every loop device backed by a file in its volumes
 // directory is released when the test ends, whichever instance attached it and however the test ended.
-func newLoopBackendT(t *testing.T, dir string) (*LoopBackend, string) {
+func newLoopBackendT(t testing.TB, dir string) (*LoopBackend, string) {
 	t.Helper()
 	requireLoop(t)
 	b, err := NewLoopBackend(dir)
@@ -37,7 +37,7 @@ func newLoopBackendT(t *testing.T, dir string) (*LoopBackend, string) {
 
 // releaseUnderAtCleanup releases, at the end of the test, the loop devices whose backing file sits directly
 // in dir. Test directories are unique, so these are only devices the test created.
-func releaseUnderAtCleanup(t *testing.T, dir string) {
+func releaseUnderAtCleanup(t testing.TB, dir string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -64,7 +64,7 @@ func releaseUnderAtCleanup(t *testing.T, dir string) {
 	})
 }
 
-func devicesUnder(t *testing.T, dir string) []string {
+func devicesUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	devs, err := hostSysfs().List()
 	if err != nil {
@@ -301,7 +301,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 		releaseUnderAtCleanup(t, dir)
-		dev, err := attachLoop(ctx, file)
+		dev, err := attachLoop(ctx, file, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,14 +371,14 @@ func TestBindLoopBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bindLoop(n, int(files[0].Fd()), files[0].Name()); err != nil {
+	if _, err := bindLoop(n, int(files[0].Fd()), files[0].Name(), 0); err != nil {
 		t.Fatalf("first bind of loop%d: %v", n, err)
 	}
-	if _, err := bindLoop(n, int(files[1].Fd()), files[1].Name()); !errors.Is(err, unix.EBUSY) {
+	if _, err := bindLoop(n, int(files[1].Fd()), files[1].Name(), 0); !errors.Is(err, unix.EBUSY) {
 		t.Fatalf("second bind of loop%d: err = %v, want EBUSY", n, err)
 	}
 	// attachLoop itself gets past the taken device.
-	dev, err := attachLoop(ctx, files[1].Name())
+	dev, err := attachLoop(ctx, files[1].Name(), 0)
 	if err != nil {
 		t.Fatalf("attachLoop: %v", err)
 	}

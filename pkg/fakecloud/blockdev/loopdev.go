@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 
@@ -25,14 +24,17 @@ const (
 )
 
 // attachLoop binds backingFile to a free loop device and returns "/dev/loopN". The device is bound without
-// autoclear, so it survives this process and stays until it is detached explicitly.
-func attachLoop(ctx context.Context, backingFile string) (string, error) {
-	file, err := os.OpenFile(backingFile, os.O_RDWR, 0)
+// autoclear, so it survives this process and stays until it is detached explicitly. flags are LO_FLAGS_* to
+// bind with (LO_FLAGS_DIRECT_IO); a kernel that refuses direct I/O for the file gets a buffered device.
+func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, error) {
+	// A plain descriptor, not an *os.File: Go would register it with epoll, and epoll_ctl on a file of a FUSE
+	// filesystem served by this very process asks that server while holding the runtime's epoll lock.
+	fd, err := unix.Open(backingFile, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open backing file: %w", err)
 	}
 	// The kernel keeps its own reference to the file once bound.
-	defer file.Close()
+	defer unix.Close(fd)
 	ctl, err := unix.Open(loopControl, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open %s: %w", loopControl, err)
@@ -50,7 +52,7 @@ func attachLoop(ctx context.Context, backingFile string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
 		}
-		dev, err := bindLoop(n, int(file.Fd()), backingFile)
+		dev, err := bindLoop(n, fd, backingFile, flags)
 		if errors.Is(err, unix.EBUSY) {
 			klog.V(4).InfoS("Free loop device taken by someone else, retrying", "number", n, "attempt", attempt)
 			lastErr = err
@@ -65,7 +67,7 @@ func attachLoop(ctx context.Context, backingFile string) (string, error) {
 }
 
 // bindLoop binds the open backing file to loop device n. An EBUSY error means someone else took the device.
-func bindLoop(n, backingFd int, backingFile string) (string, error) {
+func bindLoop(n, backingFd int, backingFile string, flags uint32) (string, error) {
 	// The device exists in the kernel now, but /dev may not be managed by devtmpfs/udev (typical in containers).
 	dev, err := hostSysfs().EnsureDeviceNode(loopdev.Device{Name: "loop" + strconv.Itoa(n), Number: n}, "/dev")
 	if err != nil {
@@ -78,6 +80,7 @@ func bindLoop(n, backingFd int, backingFile string) (string, error) {
 	defer unix.Close(fd)
 
 	cfg := unix.LoopConfig{Fd: uint32(backingFd)}
+	cfg.Info.Flags = flags
 	setLoopName(&cfg.Info, backingFile)
 	err = unix.IoctlLoopConfigure(fd, &cfg)
 	if err == nil {
@@ -96,6 +99,12 @@ func bindLoop(n, backingFd int, backingFile string) (string, error) {
 	if err := unix.IoctlLoopSetStatus64(fd, &info); err != nil {
 		_ = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
 		return "", fmt.Errorf("LOOP_SET_STATUS64 %s: %w", dev, err)
+	}
+	// LOOP_SET_STATUS64 cannot set direct I/O; a device that stays buffered still works.
+	if flags&unix.LO_FLAGS_DIRECT_IO != 0 {
+		if err := unix.IoctlSetInt(fd, unix.LOOP_SET_DIRECT_IO, 1); err != nil {
+			klog.InfoS("Loop device left without direct I/O", "device", dev, "file", backingFile, "err", err)
+		}
 	}
 	return dev, nil
 }

@@ -77,8 +77,11 @@ func (s fileStore) snapshotFile(id string) string {
 
 // volumeIDOf maps a backing file path back to the volume ID when the file is one of this store's volumes.
 // Matching is on the exact directory, not a string prefix, so "<dataDir>-other/volumes" never counts.
-func (s fileStore) volumeIDOf(path string) (string, bool) {
-	if filepath.Dir(path) != s.volumesPath() {
+func (s fileStore) volumeIDOf(path string) (string, bool) { return volumeIDIn(s.volumesPath(), path) }
+
+// volumeIDIn maps path to a volume ID when it names <dir>/<id>.img.
+func volumeIDIn(dir, path string) (string, bool) {
+	if filepath.Dir(path) != dir {
 		return "", false
 	}
 	name := filepath.Base(path)

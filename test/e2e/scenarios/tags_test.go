@@ -56,9 +56,15 @@ func scenarioTags(t *testing.T, r *run) {
 		if err != nil {
 			return false, "", err
 		}
-		current := c.Status.CurrentVolumeAttributesClassName
-		status := fmt.Sprintf("current class %v, modify status %+v", current, c.Status.ModifyVolumeStatus)
-		return current != nil && *current == classTags, status, nil
+		current := ""
+		if c.Status.CurrentVolumeAttributesClassName != nil {
+			current = *c.Status.CurrentVolumeAttributesClassName
+		}
+		status := fmt.Sprintf("current class %q", current)
+		if m := c.Status.ModifyVolumeStatus; m != nil {
+			status += fmt.Sprintf(", modifying to %q: %s", m.TargetVolumeAttributesClassName, m.Status)
+		}
+		return current == classTags, status, nil
 	})
 	if r.cloud == nil {
 		return
