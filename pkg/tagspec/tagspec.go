@@ -89,18 +89,20 @@ func ParseList(s string) (map[string]string, error) {
 	return tags, nil
 }
 
-// funcs are the functions a template may call. The builtins that print (whose width and precision can
-// allocate without bound), call functions or escape for other languages are replaced by refusals, so that a
-// template naming them fails at parse time.
-var funcs = template.FuncMap{
-	"field":     field,
-	"substring": substring,
-	"toUpper":   strings.ToUpper,
-	"toLower":   strings.ToLower,
-	"contains":  func(substr, s string) bool { return strings.Contains(s, substr) },
-}
-
+// refused are the builtins a template may not name: those that print (whose width and precision can allocate
+// without bound), call functions or escape for other languages. allowed refuses them before a template runs.
 var refused = []string{"print", "printf", "println", "call", "html", "js", "urlquery"}
+
+// funcs are the functions a template may call, besides text/template's other builtins.
+func funcs() template.FuncMap {
+	return template.FuncMap{
+		"field":     field,
+		"substring": substring,
+		"toUpper":   strings.ToUpper,
+		"toLower":   strings.ToLower,
+		"contains":  func(substr, s string) bool { return strings.Contains(s, substr) },
+	}
+}
 
 // field is the index-th (from 0) of the parts of s split by delim.
 func field(delim string, index int, s string) (string, error) {
@@ -125,14 +127,7 @@ func execute(text string, data Data) (string, error) {
 	if !strings.Contains(text, "{{") {
 		return text, nil
 	}
-	fm := template.FuncMap{}
-	for k, v := range funcs {
-		fm[k] = v
-	}
-	for _, name := range refused {
-		fm[name] = func(...any) (string, error) { return "", fmt.Errorf("%s is not allowed", name) }
-	}
-	t, err := template.New("tag").Funcs(fm).Parse(text)
+	t, err := template.New("tag").Funcs(funcs()).Parse(text)
 	if err != nil {
 		return "", err
 	}

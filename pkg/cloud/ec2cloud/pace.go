@@ -138,9 +138,9 @@ type bucketState struct {
 	tokens float64
 	at     time.Time
 
-	// window is how many probes may be in flight, probes how many are; probesGranted counts them all, and
-	// probesDone those that have ended.
-	window, probes            int
+	// window is how many probes may be in flight; probesGranted counts the probes let go, and probesDone
+	// those that have ended (the difference is in flight).
+	window                    int
 	probesGranted, probesDone uint64
 	// refusedProbes counts probes refused since one was accepted, and acceptedProbes those accepted since one
 	// was refused.
@@ -178,6 +178,9 @@ func (s *bucketState) refill(now time.Time) (ended bool) {
 	return true
 }
 
+// probesInFlight counts the probes let go that have not ended.
+func (s *bucketState) probesInFlight() int { return int(s.probesGranted - s.probesDone) }
+
 // calm ends a throttled episode.
 func (s *bucketState) calm() {
 	s.pauses, s.refusedProbes, s.acceptedProbes, s.pausedUntil, s.window = 0, 0, 0, time.Time{}, initialWindow
@@ -190,11 +193,10 @@ func (s *bucketState) grant(now time.Time) (t ticket, ok bool, wait time.Duratio
 	s.refill(now)
 	if s.tokens >= 1 {
 		s.tokens--
-		return ticket{kind: ticketModel, probes: s.probesGranted, probesOut: s.probes > 0}, true, 0
+		return ticket{kind: ticketModel, probes: s.probesGranted, probesOut: s.probesInFlight() > 0}, true, 0
 	}
-	probeRoom := s.probes < s.window
+	probeRoom := s.probesInFlight() < s.window
 	if probeRoom && !now.Before(s.pausedUntil) {
-		s.probes++
 		s.probesGranted++
 		return ticket{kind: ticketProbe}, true, 0
 	}
@@ -210,7 +212,6 @@ func (s *bucketState) grant(now time.Time) (t ticket, ok bool, wait time.Duratio
 // giveBack returns the ticket of a call that was never sent.
 func (s *bucketState) giveBack(t ticket) {
 	if t.kind == ticketProbe {
-		s.probes--
 		s.probesDone++
 		return
 	}
@@ -223,9 +224,8 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	s.refill(now)
 	// A model call that may have met EC2 after a probe (one was out when it went, went since, or is out still)
 	// may have been refused for the probe's sake: its outcome says nothing of noise.
-	raced := t.kind == ticketModel && (t.probesOut || s.probesGranted != t.probes || s.probesGranted != s.probesDone)
+	raced := t.kind == ticketModel && (t.probesOut || s.probesGranted != t.probes || s.probesInFlight() > 0)
 	if t.kind == ticketProbe {
-		s.probes--
 		s.probesDone++
 	}
 	switch {

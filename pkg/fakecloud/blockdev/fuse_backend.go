@@ -131,28 +131,16 @@ func releaseDevicesIn(ctx context.Context, dir string, locks *keyedMutex) error 
 		if !ours || d.Autoclear {
 			continue
 		}
+		unlock := func() {}
 		if locks != nil {
-			unlock := locks.lock(id)
-			errs = append(errs, releaseDevice(ctx, id, d))
-			unlock()
-		} else {
-			errs = append(errs, releaseDevice(ctx, id, d))
+			unlock = locks.lock(id)
 		}
+		if err := releaseLoop(ctx, id, d, true); err != nil {
+			errs = append(errs, fmt.Errorf("release %s of volume %s: %w", d.Path(), id, err))
+		}
+		unlock()
 	}
 	return errors.Join(errs...)
-}
-
-func releaseDevice(ctx context.Context, volumeID string, d loopdev.Device) error {
-	held, err := clearLoop(d, true)
-	if err != nil {
-		return fmt.Errorf("release %s of volume %s: %w", d.Path(), volumeID, err)
-	}
-	if held {
-		klog.InfoS("Device release deferred until its holder lets go", "volume", volumeID, "device", d.Path())
-		return nil
-	}
-	klog.InfoS("Released device", "volume", volumeID, "device", d.Path(), "file", d.Backing)
-	return waitReleased(ctx, d)
 }
 
 // DeleteVolume also tells the kernel the FUSE file is gone, so a device still held shows it deleted.

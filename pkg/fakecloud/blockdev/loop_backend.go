@@ -139,7 +139,7 @@ func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force b
 		if !d.Live() || d.Backing != file {
 			continue
 		}
-		if err := b.release(ctx, volumeID, d, force); err != nil {
+		if err := releaseLoop(ctx, volumeID, d, force); err != nil {
 			return fmt.Errorf("detach volume %s: %w", volumeID, err)
 		}
 	}
@@ -147,7 +147,8 @@ func (b *LoopBackend) detachLocked(ctx context.Context, volumeID string, force b
 }
 
 // release clears one device and, unless a holder defers the clear, waits until the kernel has let go.
-func (b *LoopBackend) release(ctx context.Context, volumeID string, d loopdev.Device, force bool) error {
+// releaseLoop clears the volume's device d; a held one (force) is released by the kernel once its holder lets go.
+func releaseLoop(ctx context.Context, volumeID string, d loopdev.Device, force bool) error {
 	held, err := clearLoop(d, force)
 	if err != nil {
 		return err
@@ -199,7 +200,7 @@ func (b *LoopBackend) Reconcile(ctx context.Context, attached []string) error {
 			return errors.Join(append(errs, err)...)
 		}
 		unlock := b.locks.lock(id)
-		err := b.release(ctx, id, d, true)
+		err := releaseLoop(ctx, id, d, true)
 		unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reconcile: release %s of volume %s: %w", d.Path(), id, err))

@@ -286,23 +286,11 @@ func dialSSH(t *testing.T, info SSHInfo, addr string) *ssh.Client {
 	return client
 }
 
+// sshRun is runSSH with stdout and stderr together, as a person at the node's terminal reads them.
 func sshRun(t *testing.T, client *ssh.Client, cmd string) (string, int) {
 	t.Helper()
-	s, err := client.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	// Two buffers: the session copies stdout and stderr concurrently.
-	var stdout, stderr bytes.Buffer
-	s.Stdout, s.Stderr = &stdout, &stderr
-	if err := s.Run(cmd); err != nil {
-		if exitErr, ok := err.(*ssh.ExitError); ok {
-			return stdout.String() + stderr.String(), exitErr.ExitStatus()
-		}
-		t.Fatalf("%q: %v", cmd, err)
-	}
-	return stdout.String() + stderr.String(), 0
+	stdout, stderr, code := runSSH(t, client, cmd)
+	return stdout + stderr, code
 }
 
 // processesOf lists the processes whose command line names the work dir (the nodes' containerd, kubelets, shims).
