@@ -281,3 +281,32 @@ func disablePoll(mountPoint string) {
 	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
 	unix.Close(fd)
 }
+
+// Chain asks each policy in turn and stops at the first refusal: faults first, then limits, so that a refused
+// request spends no tokens. Nil policies are skipped.
+func Chain(policies ...Policy) Policy {
+	var ps []Policy
+	for _, p := range policies {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	switch len(ps) {
+	case 0:
+		return NopPolicy{}
+	case 1:
+		return ps[0]
+	}
+	return chain(ps)
+}
+
+type chain []Policy
+
+func (c chain) Before(ctx context.Context, io IO) error {
+	for _, p := range c {
+		if err := p.Before(ctx, io); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -58,3 +58,33 @@ func TestVolumeOf(t *testing.T) {
 		}
 	}
 }
+
+// TestChain: policies are asked in order, the first refusal wins, and the later ones are not asked.
+func TestChain(t *testing.T) {
+	var asked []string
+	ask := func(name string, err error) Policy {
+		return PolicyFunc(func(context.Context, IO) error { asked = append(asked, name); return err })
+	}
+	for _, tc := range []struct {
+		name      string
+		policies  []Policy
+		want      error
+		wantAsked string
+	}{
+		{"none", nil, nil, ""},
+		{"nil skipped", []Policy{nil, ask("a", nil), nil}, nil, "a"},
+		{"all through", []Policy{ask("a", nil), ask("b", nil)}, nil, "a,b"},
+		{"first refusal wins", []Policy{ask("a", nil), ask("b", syscall.EIO), ask("c", syscall.EROFS)}, syscall.EIO, "a,b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked = nil
+			err := Chain(tc.policies...).Before(context.Background(), IO{Volume: "vol-a", Op: OpRead})
+			if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if got := strings.Join(asked, ","); got != tc.wantAsked {
+				t.Fatalf("asked %q, want %q", got, tc.wantAsked)
+			}
+		})
+	}
+}
