@@ -21,6 +21,7 @@ import (
 	"github.com/diskforge/diskforge/internal/cli"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
 	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
@@ -79,6 +80,8 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&d.FSRDisabling, "fsr-disabling-duration", d.FSRDisabling, "time a fast snapshot restore spends disabling")
 	initRate := flag.Uint("restore-init-rate", uint(o.cfg.Cloud.RestoreInitRate),
 		"MiB/s at which a volume restored from a snapshot (without fast snapshot restore or VolumeInitializationRate) or copied initializes in the background; 0 initializes it at once")
+	flag.DurationVar(&o.cfg.RestoreReadLatency, "restore-read-latency", hydration.DefaultBlockLatency,
+		"with --backend fuse, what a first read of each 512 KiB block of a restored or copied volume waits until the background initialization has passed it; 0 reads them at full speed")
 	flag.DurationVar(&o.cfg.Cloud.TerminatedRetention, "terminated-instance-retention", o.cfg.Cloud.TerminatedRetention,
 		"how long a terminated instance stays visible (EC2: about an hour); 0 forgets it once terminated")
 	flag.IntVar(&o.cfg.Cloud.ModificationLimit, "modification-limit", 0, "modifications allowed per volume per window (EBS: 4); 0 for no limit")

@@ -35,8 +35,15 @@ func requireLoop(t *testing.T) {
 // device and mount the test made under its data directory.
 func startLoopCloud(t *testing.T, backend string) *fakecloudtest.Env {
 	t.Helper()
+	return startLoopCloudWith(t, fakecloudtest.Options{Backend: backend})
+}
+
+// startLoopCloudWith is startLoopCloud with more options; its DataDir is made here.
+func startLoopCloudWith(t *testing.T, opts fakecloudtest.Options) *fakecloudtest.Env {
+	t.Helper()
 	requireLoop(t)
 	dir := t.TempDir()
+	backend := opts.Backend
 	if backend == fakecloud.BackendFuse {
 		testutil.SkipUnless(t, fuseblock.Available(), "fuse backend needs /dev/fuse")
 		// Last resort after Close: devices of the FUSE mount first, while their files still have a path.
@@ -47,7 +54,8 @@ func startLoopCloud(t *testing.T, backend string) *fakecloudtest.Env {
 			testutil.UnmountUnder(t, dir)
 		})
 	}
-	env := fakecloudtest.Start(t, fakecloudtest.Options{Backend: backend, DataDir: dir})
+	opts.DataDir = dir
+	env := fakecloudtest.Start(t, opts)
 	t.Cleanup(func() {
 		vols, _, _ := env.Server.State.DescribeVolumes(statelessDescribe())
 		for _, v := range vols {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
+	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/fakecloud/store"
 )
@@ -39,8 +41,11 @@ type Config struct {
 	Backend string
 	// IOPolicy sees every block I/O of the fuse backend's volumes; nil lets all through.
 	IOPolicy fuseblock.Policy
-	Cloud    state.Config
-	Faults   faults.Config
+	// RestoreReadLatency is what the fuse backend makes a first read of a restored volume's block wait until
+	// the background initialization has passed it (package hydration); 0 reads restored volumes at full speed.
+	RestoreReadLatency time.Duration
+	Cloud              state.Config
+	Faults             faults.Config
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
 	AccessKeys map[string]string
 	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
@@ -91,7 +96,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NoSync {
 		backendOpts = append(backendOpts, blockdev.NoSync())
 	}
-	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, cfg.IOPolicy, backendOpts...)
+	// The I/O policies read state, which needs the backend first: they see it once it exists (requests before
+	// that, when Reconcile binds devices, pass).
+	var stateRef atomic.Pointer[state.State]
+	policy := fuseblock.Chain(cfg.IOPolicy, restoreHydration(&stateRef, cfg.RestoreReadLatency))
+	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, policy, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 		_ = backend.Close()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	stateRef.Store(s)
 	var verifier api.Authenticator
 	if len(cfg.AccessKeys) > 0 {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
@@ -149,6 +159,24 @@ func openBackend(kind, dataDir string, policy fuseblock.Policy, opts ...blockdev
 
 // warnLargestFile says at start when the data directory cannot hold the largest EBS volumes: a volume (or a
 // growth) past its filesystem's largest file is refused with InsufficientVolumeCapacity naming the cause.
+// restoreHydration is the policy that makes first reads of restored volumes slow, or nil when latency is 0.
+func restoreHydration(st *atomic.Pointer[state.State], latency time.Duration) fuseblock.Policy {
+	if latency <= 0 {
+		return nil
+	}
+	return hydration.New(func(volumeID string) (hydration.Progress, bool) {
+		s := st.Load()
+		if s == nil {
+			return hydration.Progress{}, false
+		}
+		init, err := s.VolumeInitialization(volumeID)
+		if err != nil {
+			return hydration.Progress{}, false
+		}
+		return hydration.Progress{TotalBytes: init.TotalBytes, InitializedBytes: init.InitializedBytes, RateBytes: init.RateBytes}, true
+	}, hydration.Options{BlockLatency: latency})
+}
+
 func warnLargestFile(dataDir string) {
 	fs, err := blockdev.Probe(dataDir)
 	switch {

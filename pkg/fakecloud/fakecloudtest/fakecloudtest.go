@@ -49,6 +49,8 @@ type Options struct {
 	Clock state.Clock
 	// WrapBackend wraps the block backend, to slow it down or cut it short.
 	WrapBackend func(blockdev.Backend) blockdev.Backend
+	// RestoreReadLatency slows first reads of restored volumes on the fuse backend (fakecloud.Config).
+	RestoreReadLatency time.Duration
 }
 
 // Env is a running fakecloud.
@@ -89,7 +91,8 @@ func Start(t testing.TB, o Options) *Env {
 		o.DataDir = t.TempDir()
 	}
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
-		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend})
+		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend,
+		RestoreReadLatency: o.RestoreReadLatency})
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}
