@@ -65,7 +65,7 @@ func TestMatching(t *testing.T) {
 		{"range overlap inside", Rule{Volume: v, Offset: 8192, Length: 4096, Effect: EffectError}, read(v, 9000, 1), syscall.EIO},
 		{"range ends before", Rule{Volume: v, Offset: 8192, Length: 4096, Effect: EffectError}, read(v, 4096, 4096), nil},
 		{"range starts after", Rule{Volume: v, Offset: 8192, Length: 4096, Effect: EffectError}, read(v, 12288, 4096), nil},
-		{"range to the end", Rule{Volume: v, Offset: 8192, Effect: EffectError}, read(v, 1 << 40, 512), syscall.EIO},
+		{"range to the end", Rule{Volume: v, Offset: 8192, Effect: EffectError}, read(v, 1<<40, 512), syscall.EIO},
 		{"ranged rule skips fsync", Rule{Volume: v, Offset: 0, Length: 4096, Effect: EffectError}, fsync(v), nil},
 		{"readonly fails writes", Rule{Volume: v, Effect: EffectReadOnly}, write(v, 0, 4096), syscall.EROFS},
 		{"readonly fails discards", Rule{Volume: v, Effect: EffectReadOnly}, discard(v, 0, 4096), syscall.EROFS},

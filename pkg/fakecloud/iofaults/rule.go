@@ -56,8 +56,8 @@ type Rule struct {
 	// Offset and Length select the bytes [Offset, Offset+Length) of the volume; an I/O matches when its bytes
 	// overlap them. Length 0 with Offset 0 is the whole volume; Length 0 with an Offset runs to the end. A
 	// ranged rule never matches fsync, which has no bytes.
-	Offset int64 `json:"offset,omitempty"`
-	Length int64 `json:"length,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Length int64  `json:"length,omitempty"`
 	Effect Effect `json:"effect"`
 	// Errno names the error of an error rule: EIO (default), ENOSPC, EROFS, … (see Errnos).
 	Errno string `json:"errno,omitempty"`
