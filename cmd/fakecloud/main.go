@@ -23,6 +23,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
 	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
+	"github.com/diskforge/diskforge/pkg/fakecloud/iofaults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
@@ -46,6 +47,7 @@ type options struct {
 	// versionOnly: --version was given and printed.
 	versionOnly bool
 	faultSpec   faults.Spec
+	ioFaults    iofaults.Flag
 	timeouts    fakecloud.Timeouts
 	cfg         fakecloud.Config
 }
@@ -93,6 +95,8 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")
 	imdsSpec := flag.String("imds", "", "serve the instance metadata service (IMDSv2) of instances as ID=ADDRESS,…, one listener each")
 	o.faultSpec.RegisterFlags(flag.CommandLine)
+	flag.Var(&o.ioFaults, "fault-io", "I/O faults of the fuse backend, repeatable or ';'-separated: "+iofaults.Grammar+
+		"; e.g. vol-1:read:eio, *:write:latency=20ms, vol-1@1Mi+4Ki:read:eio:count=3, vol-1:readonly, vol-1:hang:p=0.1 (also at /admin/io-faults)")
 	common := cli.AddFlags(flag.CommandLine, "fakecloud")
 	flag.Parse()
 	var err error
@@ -136,6 +140,7 @@ func parseFlags() (*options, error) {
 	if o.cfg.Faults, err = o.faultSpec.Config(); err != nil {
 		return nil, err
 	}
+	o.cfg.IOFaults = o.ioFaults.Rules
 	return o, nil
 }
 

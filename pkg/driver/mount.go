@@ -23,7 +23,7 @@ const maxUnmounts = 8
 // mountAt returns the topmost mount on path (symlinks resolved, as the kernel lists it). A missing path is
 // fs.ErrNotExist.
 func mountAt(h host, path string) (*mountinfo.Info, bool, error) {
-	real, err := filepath.EvalSymlinks(path)
+	real, err := resolveMountPoint(path)
 	if err != nil {
 		return nil, false, err
 	}
@@ -33,6 +33,22 @@ func mountAt(h host, path string) (*mountinfo.Info, bool, error) {
 	}
 	// Later lines are mounted on top of earlier ones.
 	return infos[len(infos)-1], true, nil
+}
+
+// resolveMountPoint resolves symlinks in path. The root of a filesystem the kernel shut down (XFS after a log
+// write failed) answers lstat with EIO; the path is then resolved through its parent, whose filesystem is
+// healthy, and taken as is: a symlink would have answered lstat from the parent's filesystem. Without this, a
+// shut-down filesystem could be neither reported nor unmounted.
+func resolveMountPoint(path string) (string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if !errors.Is(err, unix.EIO) {
+		return real, err
+	}
+	parent, perr := filepath.EvalSymlinks(filepath.Dir(path))
+	if perr != nil {
+		return "", err
+	}
+	return filepath.Join(parent, filepath.Base(path)), nil
 }
 
 // mountsOfDevice lists the mount points of the filesystem on device number dev.

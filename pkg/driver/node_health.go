@@ -162,7 +162,10 @@ func (n *NodeServer) filesystemProblems(ctx context.Context, h *healthReport, mi
 	switch {
 	case slices.Contains(super, "shutdown"):
 		h.add(inaccessible, "FilesystemShutdown", fmt.Sprintf("the kernel shut down the %s filesystem at %s after errors", mi.FSType, path))
-	case slices.Contains(super, "emergency_ro"):
+	case slices.Contains(super, "emergency_ro"),
+		// Kernels before ext4's emergency_ro flag (6.x) remount the superblock read-only under a mount that
+		// still says rw: the node mounts read-only only on both levels.
+		slices.Contains(super, "ro") && !readOnlyMount(mi):
 		h.add(inaccessible, "FilesystemReadOnlyAfterErrors", fmt.Sprintf("the kernel made the %s filesystem at %s read-only after errors", mi.FSType, path))
 	}
 	if mi.FSType == FSExt4 {
@@ -182,7 +185,13 @@ func (n *NodeServer) filesystemProblems(ctx context.Context, h *healthReport, mi
 		}
 		return unix.Close(fd)
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.EIO) && mi.FSType == FSXFS:
+		// XFS shows no shutdown in its mount options; once shut down (a failed log or metadata write), it
+		// answers every operation, opening its root included, with EIO.
+		h.add(inaccessible, "FilesystemShutdown", fmt.Sprintf("the kernel shut down the xfs filesystem at %s after errors (opening it: %v); it needs unmounting and xfs_repair", path, err))
+	default:
 		h.add(inaccessible, "FilesystemIOError", fmt.Sprintf("opening %s failed: %v", path, err))
 	}
 }

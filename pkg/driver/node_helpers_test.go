@@ -48,6 +48,12 @@ func newNodeEnv(t *testing.T, opts NodeOptions) *nodeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newNodeEnvOn(t, opts, backend)
+}
+
+// newNodeEnvOn is newNodeEnv on the given backend (the fuse backend's embedded LoopBackend, say).
+func newNodeEnvOn(t *testing.T, opts NodeOptions, backend *blockdev.LoopBackend) *nodeEnv {
+	t.Helper()
 	dir := t.TempDir()
 	// Registered after TempDir, so it runs before the directories are removed.
 	t.Cleanup(func() { testutil.UnmountUnder(t, dir) })

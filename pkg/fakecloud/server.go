@@ -4,6 +4,7 @@ package fakecloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
+	"github.com/diskforge/diskforge/pkg/fakecloud/iofaults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/fakecloud/store"
 )
@@ -46,6 +48,8 @@ type Config struct {
 	RestoreReadLatency time.Duration
 	Cloud              state.Config
 	Faults             faults.Config
+	// IOFaults are the I/O fault rules at start (--fault-io); they need the fuse backend.
+	IOFaults []iofaults.Rule
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
 	AccessKeys map[string]string
 	// AdminToken admits admin requests that carry it as a bearer token. When AccessKeys or AdminToken is set,
@@ -75,10 +79,12 @@ func DefaultCloud() state.Config {
 
 // Server is a running fakecloud without its listener: serve Handler on any http.Server.
 type Server struct {
-	State   *state.State
-	Faults  *faults.Injector
-	Backend blockdev.Backend
-	Handler http.Handler
+	State  *state.State
+	Faults *faults.Injector
+	// IOFaults injects faults into block I/O (fuse backend only; it refuses rules otherwise).
+	IOFaults *iofaults.Injector
+	Backend  blockdev.Backend
+	Handler  http.Handler
 	// BackendName is the backend actually chosen (loop, fuse or file).
 	BackendName string
 	store       *store.Store
@@ -96,10 +102,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NoSync {
 		backendOpts = append(backendOpts, blockdev.NoSync())
 	}
+	ioFaults, err := newIOFaults(cfg)
+	if err != nil {
+		return nil, err
+	}
 	// The I/O policies read state, which needs the backend first: they see it once it exists (requests before
-	// that, when Reconcile binds devices, pass).
+	// that, when Reconcile binds devices, pass). Faults first, so that a refused I/O spends no tokens of a limit.
 	var stateRef atomic.Pointer[state.State]
-	policy := fuseblock.Chain(cfg.IOPolicy, restoreHydration(&stateRef, cfg.RestoreReadLatency))
+	policy := fuseblock.Chain(ioFaults, cfg.IOPolicy, restoreHydration(&stateRef, cfg.RestoreReadLatency))
 	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, policy, backendOpts...)
 	if err != nil {
 		return nil, err
@@ -130,9 +140,28 @@ func New(cfg Config) (*Server, error) {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
 	}
 	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
-		Admin: api.AdminRouter(s, faults.AdminHandler(inj)), AdminToken: cfg.AdminToken})
+		Admin: api.AdminRouter(s, faults.AdminHandler(inj),
+			api.AdminEndpoint{Path: "/io-faults", Handler: iofaults.AdminHandler(ioFaults)}),
+		AdminToken: cfg.AdminToken})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
-	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
+	return &Server{State: s, Faults: inj, IOFaults: ioFaults, Backend: backend, Handler: h, BackendName: name, store: st}, nil
+}
+
+// errIOFaultsNeedFuse is why I/O faults are refused on the loop and file backends: their I/O never reaches
+// fakecloud.
+var errIOFaultsNeedFuse = errors.New("I/O faults need --backend fuse")
+
+// newIOFaults makes the I/O fault injector with cfg's rules; only the fuse backend takes rules.
+func newIOFaults(cfg Config) (*iofaults.Injector, error) {
+	var unavailable error
+	if cfg.Backend != BackendFuse {
+		unavailable = errIOFaultsNeedFuse
+	}
+	inj := iofaults.New(iofaults.Options{Unavailable: unavailable})
+	if err := inj.Set(cfg.IOFaults); err != nil {
+		return nil, fmt.Errorf("--fault-io: %w", err)
+	}
+	return inj, nil
 }
 
 func openBackend(kind, dataDir string, policy fuseblock.Policy, opts ...blockdev.Option) (blockdev.Backend, string, error) {

@@ -22,7 +22,10 @@ import (
 //	                         it at once
 //	GET    /volumes          volumes with the host block device of each attachment
 //	*      /faults           the fault injector's configuration (when faults is not nil)
-func AdminRouter(st *state.State, faults http.Handler) http.Handler {
+//
+// and each extra endpoint (the I/O fault rules at /io-faults, say), so that api needs no package of the block
+// layer.
+func AdminRouter(st *state.State, faults http.Handler, extra ...AdminEndpoint) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/instances", func(w http.ResponseWriter, _ *http.Request) {
 		insts, _, err := st.DescribeInstances(state.DescribeInput{})
@@ -48,7 +51,16 @@ func AdminRouter(st *state.State, faults http.Handler) http.Handler {
 	if faults != nil {
 		r.Handle("/faults", faults)
 	}
+	for _, e := range extra {
+		r.Handle(e.Path, e.Handler)
+	}
 	return r
+}
+
+// AdminEndpoint is one more admin endpoint: Handler serves every method at Path.
+type AdminEndpoint struct {
+	Path    string
+	Handler http.Handler
 }
 
 // AdminGuard lets an admin request through only when it is signed with SigV4 by one of the configured keys
