@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
+	"github.com/diskforge/diskforge/pkg/fakecloud/iolimits"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/fakecloud/store"
 )
@@ -39,6 +41,9 @@ type Config struct {
 	Backend string
 	// IOPolicy sees every block I/O of the fuse backend's volumes; nil lets all through.
 	IOPolicy fuseblock.Policy
+	// IOLimits holds the fuse backend's volumes to their type's and provisioning's IOPS and throughput
+	// (package iolimits), after IOPolicy. Off, a benchmark measures the raw backend.
+	IOLimits bool
 	Cloud    state.Config
 	Faults   faults.Config
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
@@ -76,7 +81,9 @@ type Server struct {
 	Handler http.Handler
 	// BackendName is the backend actually chosen (loop, fuse or file).
 	BackendName string
-	store       *store.Store
+	// IOLimits is the I/O limits policy when Config.IOLimits is on (it acts on the fuse backend only).
+	IOLimits *iolimits.Policy
+	store    *store.Store
 }
 
 // New opens the data directory, loads state and builds the handler.
@@ -91,7 +98,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NoSync {
 		backendOpts = append(backendOpts, blockdev.NoSync())
 	}
-	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, cfg.IOPolicy, backendOpts...)
+	policy, limits, published := ioPolicy(cfg)
+	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, policy, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +123,7 @@ func New(cfg Config) (*Server, error) {
 		_ = backend.Close()
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	published.Store(s)
 	var verifier api.Authenticator
 	if len(cfg.AccessKeys) > 0 {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
@@ -122,7 +131,28 @@ func New(cfg Config) (*Server, error) {
 	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
 		Admin: api.AdminRouter(s, faults.AdminHandler(inj)), AdminToken: cfg.AdminToken})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
-	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, store: st}, nil
+	return &Server{State: s, Faults: inj, Backend: backend, Handler: h, BackendName: name, IOLimits: limits, store: st}, nil
+}
+
+// ioPolicy is what the fuse backend asks about each I/O: cfg.IOPolicy (faults), then the I/O limits. The
+// limits read the state, which is made after the backend: until it is published, volumes are not limited.
+func ioPolicy(cfg Config) (fuseblock.Policy, *iolimits.Policy, *atomic.Pointer[state.State]) {
+	published := new(atomic.Pointer[state.State])
+	if !cfg.IOLimits {
+		return cfg.IOPolicy, nil, published
+	}
+	limits := iolimits.New(iolimits.Options{Lookup: func(volumeID string) (iolimits.Spec, bool) {
+		s := published.Load()
+		if s == nil {
+			return iolimits.Spec{}, false
+		}
+		p, err := s.VolumePerformance(volumeID)
+		if err != nil {
+			return iolimits.Spec{}, false
+		}
+		return iolimits.Spec{Type: p.Type, SizeGiB: p.SizeGiB, Iops: p.Iops, Throughput: p.Throughput}, true
+	}})
+	return fuseblock.Chain(cfg.IOPolicy, limits), limits, published
 }
 
 func openBackend(kind, dataDir string, policy fuseblock.Policy, opts ...blockdev.Option) (blockdev.Backend, string, error) {
