@@ -58,6 +58,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve the EC2 API on")
 	flag.StringVar(&o.cfg.DataDir, "data-dir", "/var/lib/fakecloud", "directory for volume files, snapshots and state")
 	flag.StringVar(&o.cfg.Backend, "backend", fakecloud.BackendAuto, "block backend: loop, fuse (loop devices on fakecloud's own FUSE mount, so it sees every block I/O; needs /dev/fuse), file, or auto (loop where root and /dev/loop-control exist)")
+	flag.BoolVar(&o.cfg.IOLimits, "io-limits", true, "with --backend=fuse, hold each volume to the IOPS and throughput of its type and provisioning, as ModifyVolume changes them; false measures the raw backend")
 	flag.StringVar(&o.cfg.Cloud.Region, "region", o.cfg.Cloud.Region, "region name")
 	flag.StringVar(&o.zones, "zones", "us-east-1a=use1-az1,us-east-1b=use1-az2,us-east-1c=use1-az4", "zones as NAME=ID,…")
 	flag.StringVar(&o.instances, "instances", "", "instances as ID=ZONE[:ATTACHMENT_LIMIT[:TYPE]],… (ID=ZONE::TYPE takes the type's limit); more can be registered at /admin/instances")

@@ -26,7 +26,9 @@ func TestRestoreHydration(t *testing.T) {
 	cloud := fakecloud.DefaultCloud()
 	cloud.RestoreInitRate = 1 // MiB/s: the sweep stays far from the block read
 	cloud.Instances = []state.InstanceSpec{{ID: fakecloudtest.InstanceA, Zone: zoneA}, {ID: fakecloudtest.InstanceB, Zone: zoneB}}
-	env := startLoopCloudWith(t, fakecloudtest.Options{Backend: fakecloud.BackendFuse, Cloud: &cloud, RestoreReadLatency: latency})
+	env := startLoopCloud(t, fakecloud.BackendFuse, func(o *fakecloudtest.Options) {
+		o.Cloud, o.RestoreReadLatency = &cloud, latency
+	})
 	c := env.EC2(t)
 	ctx := context.Background()
 

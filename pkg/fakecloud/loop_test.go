@@ -25,25 +25,18 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
-func requireLoop(t *testing.T) {
+func requireLoop(t testing.TB) {
 	t.Helper()
 	testutil.SkipUnless(t, blockdev.Available(), "loop backend needs root and /dev/loop-control")
 	testutil.RequireTools(t, "mkfs.ext4", "blockdev")
 }
 
 // startLoopCloud runs fakecloud on loop devices (backend loop or fuse) and, whatever happens, releases every
-// device and mount the test made under its data directory.
-func startLoopCloud(t *testing.T, backend string) *fakecloudtest.Env {
-	t.Helper()
-	return startLoopCloudWith(t, fakecloudtest.Options{Backend: backend})
-}
-
-// startLoopCloudWith is startLoopCloud with more options; its DataDir is made here.
-func startLoopCloudWith(t *testing.T, opts fakecloudtest.Options) *fakecloudtest.Env {
+// device and mount the test made under its data directory. opts adjust the cloud's options.
+func startLoopCloud(t testing.TB, backend string, opts ...func(*fakecloudtest.Options)) *fakecloudtest.Env {
 	t.Helper()
 	requireLoop(t)
 	dir := t.TempDir()
-	backend := opts.Backend
 	if backend == fakecloud.BackendFuse {
 		testutil.SkipUnless(t, fuseblock.Available(), "fuse backend needs /dev/fuse")
 		// Last resort after Close: devices of the FUSE mount first, while their files still have a path.
@@ -54,8 +47,11 @@ func startLoopCloudWith(t *testing.T, opts fakecloudtest.Options) *fakecloudtest
 			testutil.UnmountUnder(t, dir)
 		})
 	}
-	opts.DataDir = dir
-	env := fakecloudtest.Start(t, opts)
+	o := fakecloudtest.Options{Backend: backend, DataDir: dir}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	env := fakecloudtest.Start(t, o)
 	t.Cleanup(func() {
 		vols, _, _ := env.Server.State.DescribeVolumes(statelessDescribe())
 		for _, v := range vols {
@@ -79,7 +75,7 @@ func blockSize(t *testing.T, dev string) int64 {
 }
 
 // unmountDevice unmounts whatever the test mounted from dev.
-func unmountDevice(t *testing.T, dev string) {
+func unmountDevice(t testing.TB, dev string) {
 	mounts, _ := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return m.Source != dev, false })
 	for _, m := range mounts {
 		_ = unix.Unmount(m.Mountpoint, 0)

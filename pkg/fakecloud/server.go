@@ -22,6 +22,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
 	"github.com/diskforge/diskforge/pkg/fakecloud/iofaults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/iolimits"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 	"github.com/diskforge/diskforge/pkg/fakecloud/store"
 )
@@ -46,8 +47,11 @@ type Config struct {
 	// RestoreReadLatency is what the fuse backend makes a first read of a restored volume's block wait until
 	// the background initialization has passed it (package hydration); 0 reads restored volumes at full speed.
 	RestoreReadLatency time.Duration
-	Cloud              state.Config
-	Faults             faults.Config
+	// IOLimits holds the fuse backend's volumes to their type's and provisioning's IOPS and throughput
+	// (package iolimits), after IOPolicy. Off, a benchmark measures the raw backend.
+	IOLimits bool
+	Cloud    state.Config
+	Faults   faults.Config
 	// IOFaults are the I/O fault rules at start (--fault-io); they need the fuse backend.
 	IOFaults []iofaults.Rule
 	// AccessKeys turn SigV4 checking on: access key ID → secret. Empty accepts any request.
@@ -87,7 +91,9 @@ type Server struct {
 	Handler  http.Handler
 	// BackendName is the backend actually chosen (loop, fuse or file).
 	BackendName string
-	store       *store.Store
+	// IOLimits is the I/O limits policy when Config.IOLimits is on (it acts on the fuse backend only).
+	IOLimits *iolimits.Policy
+	store    *store.Store
 }
 
 // New opens the data directory, loads state and builds the handler.
@@ -109,7 +115,8 @@ func New(cfg Config) (*Server, error) {
 	// The I/O policies read state, which needs the backend first: they see it once it exists (requests before
 	// that, when Reconcile binds devices, pass). Faults first, so that a refused I/O spends no tokens of a limit.
 	var stateRef atomic.Pointer[state.State]
-	policy := fuseblock.Chain(ioFaults, cfg.IOPolicy, restoreHydration(&stateRef, cfg.RestoreReadLatency))
+	limits := ioLimits(&stateRef, cfg.IOLimits)
+	policy := fuseblock.Chain(ioFaults, cfg.IOPolicy, limitsPolicy(limits), restoreHydration(&stateRef, cfg.RestoreReadLatency))
 	backend, name, err := openBackend(cfg.Backend, cfg.DataDir, policy, backendOpts...)
 	if err != nil {
 		return nil, err
@@ -144,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 			api.AdminEndpoint{Path: "/io-faults", Handler: iofaults.AdminHandler(ioFaults)}),
 		AdminToken: cfg.AdminToken})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
-	return &Server{State: s, Faults: inj, IOFaults: ioFaults, Backend: backend, Handler: h, BackendName: name, store: st}, nil
+	return &Server{State: s, Faults: inj, IOFaults: ioFaults, Backend: backend, Handler: h, BackendName: name, IOLimits: limits, store: st}, nil
 }
 
 // errIOFaultsNeedFuse is why I/O faults are refused on the loop and file backends: their I/O never reaches
@@ -162,6 +169,32 @@ func newIOFaults(cfg Config) (*iofaults.Injector, error) {
 		return nil, fmt.Errorf("--fault-io: %w", err)
 	}
 	return inj, nil
+}
+
+// ioLimits is the policy that holds volumes to their IOPS and throughput, or nil when off.
+func ioLimits(st *atomic.Pointer[state.State], on bool) *iolimits.Policy {
+	if !on {
+		return nil
+	}
+	return iolimits.New(iolimits.Options{Lookup: func(volumeID string) (iolimits.Spec, bool) {
+		s := st.Load()
+		if s == nil {
+			return iolimits.Spec{}, false
+		}
+		p, err := s.VolumePerformance(volumeID)
+		if err != nil {
+			return iolimits.Spec{}, false
+		}
+		return iolimits.Spec{Type: p.Type, SizeGiB: p.SizeGiB, Iops: p.Iops, Throughput: p.Throughput}, true
+	}})
+}
+
+// limitsPolicy keeps a nil *iolimits.Policy a nil Policy, which Chain skips.
+func limitsPolicy(p *iolimits.Policy) fuseblock.Policy {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 func openBackend(kind, dataDir string, policy fuseblock.Policy, opts ...blockdev.Option) (blockdev.Backend, string, error) {

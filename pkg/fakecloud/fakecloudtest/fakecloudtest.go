@@ -32,8 +32,10 @@ const (
 // Options shape the test cloud. The zero value is the default cloud on the file backend with instant
 // transitions and one instance per zone.
 type Options struct {
-	// Backend is file (default) or loop.
+	// Backend is file (default), loop or fuse.
 	Backend string
+	// IOLimits holds the fuse backend's volumes to their IOPS and throughput (fakecloud.Config.IOLimits).
+	IOLimits bool
 	// DataDir is reused when set (to restart on the same state); otherwise a temporary one is made.
 	DataDir string
 	// Cloud replaces the default cloud; its Instances default to one per zone (i-a…, i-b…, i-c…).
@@ -90,7 +92,7 @@ func Start(t testing.TB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
-	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, Cloud: cloud, Faults: o.Faults,
+	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, IOLimits: o.IOLimits, Cloud: cloud, Faults: o.Faults,
 		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend,
 		RestoreReadLatency: o.RestoreReadLatency})
 	if err != nil {

@@ -63,6 +63,7 @@ type cloudVolume struct {
 	Zone           string            `json:"zone"`
 	Type           string            `json:"type"`
 	SizeGiB        int32             `json:"sizeGiB"`
+	Iops           int32             `json:"iops"`
 	SnapshotID     string            `json:"snapshotId"`
 	SourceVolumeID string            `json:"sourceVolumeId"`
 	State          string            `json:"state"`

@@ -24,8 +24,9 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S4_snapshot_restore", scenarioSnapshotRestore)
 	r.scenario(t, "S4b_clone", scenarioClone)
 	r.scenario(t, "S5_block", scenarioBlock)
+	r.scenario(t, "S10_provisioned_iops", scenarioProvisionedIOPS)
 	r.scenario(t, "S6_allowed_topologies", scenarioAllowedTopologies)
-	r.scenario(t, "S10_io_faults", scenarioIOFaults)
+	r.scenario(t, "S11_io_faults", scenarioIOFaults)
 	r.scenario(t, "S8_volume_limit", scenarioVolumeLimit)
 	r.scenario(t, "S7_teardown", scenarioTeardown)
 }

@@ -29,6 +29,8 @@ const (
 	classSnapshots = "e2e-snap"
 	// classTags is the VolumeAttributesClass of scenario 9.
 	classTags = "e2e-tags"
+	// classIOPS is the StorageClass (io2 at 100 IOPS) and VolumeAttributesClass (1,000 IOPS) of scenario 10.
+	classIOPS = "e2e-iops"
 )
 
 const gib = int64(1) << 30

@@ -437,11 +437,12 @@ func (r *run) deleteNamespaceObjects(ctx context.Context) {
 }
 
 func (r *run) deleteClasses(ctx context.Context) {
-	for _, name := range []string{classXFS, classExt4, classZoneA} {
+	for _, name := range []string{classXFS, classExt4, classZoneA, classIOPS} {
 		_ = r.cs.StorageV1().StorageClasses().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	_ = r.dyn.Resource(snapshotClasses).Delete(ctx, classSnapshots, metav1.DeleteOptions{})
 	_ = r.cs.StorageV1().VolumeAttributesClasses().Delete(ctx, classTags, metav1.DeleteOptions{})
+	_ = r.cs.StorageV1().VolumeAttributesClasses().Delete(ctx, classIOPS, metav1.DeleteOptions{})
 }
 
 // abortActiveRun is the signal handler's part: start deleting the run's objects on a cluster that outlives us.
