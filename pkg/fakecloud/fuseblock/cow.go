@@ -70,8 +70,9 @@ type CopyStats struct {
 
 // CopyPointInTime makes dst, an empty file, hold the bytes of the volume's file at one instant, while the
 // volume's device keeps being read and written. It returns when dst is complete and fsynced, or with an error
-// (the volume's I/O is never failed by one); dst is the caller's to rename into place or remove. One copy runs
-// at a time per volume (ErrCopyInProgress). A missing volume file matches fs.ErrNotExist.
+// (the volume's I/O is never failed by one); dst is the caller's to rename into place or remove. It ends early
+// when ctx does or the filesystem closes. One copy runs at a time per volume (ErrCopyInProgress). A missing
+// volume file matches fs.ErrNotExist.
 func (f *FS) CopyPointInTime(ctx context.Context, volumeID string, dst *os.File) (CopyStats, error) {
 	name := volumeID + f.cfg.Suffix
 	if _, ok := f.volumeOf(name); !ok {
@@ -82,6 +83,10 @@ func (f *FS) CopyPointInTime(ctx context.Context, volumeID string, dst *os.File)
 		return CopyStats{}, fmt.Errorf("fuseblock: copy volume %s: %w", volumeID, err)
 	}
 	defer src.Close()
+	// The copy also ends when the filesystem closes.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(f.ctx, cancel)()
 	return f.volume(volumeID).copyPointInTime(ctx, src, dst, sessionOptions{})
 }
 
