@@ -146,6 +146,9 @@ type FS struct {
 	served chan struct{} // closed when the serve loop has ended
 	once   sync.Once
 	err    error
+
+	volMu   sync.Mutex
+	volumes map[string]*cowVolume // copy-on-write state per volume ID (cow.go)
 }
 
 // Mount mounts a FUSE filesystem on cfg.MountPoint and serves it until Close. It opens /dev/fuse and mounts
@@ -218,6 +221,7 @@ func (f *FS) MountPoint() string { return f.cfg.MountPoint }
 // Forget tells the kernel that the volume's file is gone (its real file was removed), so that a loop device
 // still holding it reports its backing file "(deleted)" as it does for a removed plain file.
 func (f *FS) Forget(volumeID string) {
+	f.forgetVolume(volumeID)
 	name := volumeID + f.cfg.Suffix
 	if child := f.root.GetChild(name); child != nil {
 		if errno := f.root.NotifyDelete(name, child); errno != 0 && errno != syscall.ENOENT {

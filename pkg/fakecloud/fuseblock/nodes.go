@@ -151,7 +151,7 @@ func (n *volumeNode) Open(_ context.Context, flags uint32) (fs.FileHandle, uint3
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	return &handle{fsys: n.fsys, id: n.id, f: f}, openFlags, 0
+	return &handle{fsys: n.fsys, id: n.id, f: f, vol: n.fsys.volume(n.id)}, openFlags, 0
 }
 
 // handle is one open of a volume's file (the loop driver holds one per bound device) on the real file.
@@ -159,6 +159,7 @@ type handle struct {
 	fsys *FS
 	id   string
 	f    *os.File
+	vol  *cowVolume // writes and fallocates go through its copy-on-write gate
 }
 
 func (h *handle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -182,11 +183,12 @@ func (h *handle) Write(_ context.Context, data []byte, off int64) (uint32, sysca
 	if errno := h.fsys.before(h.id, OpWrite, off, int64(len(data))); errno != 0 {
 		return 0, errno
 	}
-	n, err := h.f.WriteAt(data, off)
-	if err != nil {
-		return uint32(n), toErrno(err)
-	}
-	return uint32(n), 0
+	var n int
+	err := h.vol.modify(off, int64(len(data)), func() (err error) {
+		n, err = h.f.WriteAt(data, off)
+		return err
+	})
+	return uint32(n), toErrno(err)
 }
 
 // fsyncFdatasync is FUSE_FSYNC_FDATASYNC: only the data (and the size) must be durable.
@@ -212,7 +214,9 @@ func (h *handle) Allocate(_ context.Context, off, size uint64, mode uint32) sysc
 	if errno := h.fsys.before(h.id, OpFallocate, int64(off), int64(size)); errno != 0 {
 		return errno
 	}
-	return toErrno(unix.Fallocate(int(h.f.Fd()), mode, int64(off), int64(size)))
+	return toErrno(h.vol.modify(int64(off), int64(size), func() error {
+		return unix.Fallocate(int(h.f.Fd()), mode, int64(off), int64(size))
+	}))
 }
 
 func (h *handle) Getattr(_ context.Context, out *fuse.AttrOut) syscall.Errno {
