@@ -93,6 +93,15 @@ func compareRows(results map[string][]*runResult, fsTypes []string, p podIO, bas
 
 // printComparison writes the side-by-side table, the rows at or over the cost limit, and the memory table.
 func printComparison(w io.Writer, b *fuseBench, rows []compareRow, mem []*rssResult) {
+	if len(rows) > 0 {
+		printRows(w, b, rows)
+	}
+	if len(mem) > 0 {
+		printMemory(w, b, mem)
+	}
+}
+
+func printRows(w io.Writer, b *fuseBench, rows []compareRow) {
 	fmt.Fprintf(w, "\nfuse against loop: %d round(s), %d GiB volumes, %d stage(s) per filesystem per round; pod I/O on %s\n",
 		b.runs, b.sizeGiB, b.stages, b.ioFS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -107,19 +116,17 @@ func printComparison(w io.Writer, b *fuseBench, rows []compareRow, mem []*rssRes
 			over = append(over, fmt.Sprintf("%s %.2f×", r.Name, median(r.Cost)))
 		}
 	}
-	if len(rows) > 0 {
-		if len(over) == 0 {
-			fmt.Fprintf(w, "fuse costs under %.1f× loop on every row\n", costLimit)
-		} else {
-			fmt.Fprintf(w, "fuse costs %.1f× loop or more on %d of %d rows: %s\n", costLimit, len(over), len(rows), strings.Join(over, "; "))
-		}
+	if len(over) == 0 {
+		fmt.Fprintf(w, "fuse costs under %.1f× loop on every row\n", costLimit)
+	} else {
+		fmt.Fprintf(w, "fuse costs %.1f× loop or more on %d of %d rows: %s\n", costLimit, len(over), len(rows), strings.Join(over, "; "))
 	}
-	if len(mem) == 0 {
-		return
-	}
+}
+
+func printMemory(w io.Writer, b *fuseBench, mem []*rssResult) {
 	fmt.Fprintf(w, "\nfakecloud's memory (MiB): %d volumes attached over %d instance(s), staged (ext4), each with a %d MiB file, then %d s of 4 KiB O_DIRECT random reads and writes (half each, fdatasync every %d writes) on all at once\n",
 		mem[0].Volumes, mem[0].Instances, b.rss.FileMiB, b.rss.Seconds, b.rss.SyncEvery)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "\t"
 	for _, m := range mem {
 		head += m.Backend + "\t"
