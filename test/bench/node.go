@@ -302,8 +302,18 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// hasFlag reports whether the binary takes the flag (drivers from before it was added are compared too).
+// hasFlag reports whether the binary takes the flag (drivers from before it was added are compared too). The
+// flag package lists a flag as "  -name type" or, for a boolean, "  -name" alone on its line.
 func hasFlag(binary, name string) bool {
 	out, _ := exec.Command(binary, "-h").CombinedOutput()
-	return strings.Contains(string(out), "-"+name+" ")
+	return flagListed(string(out), name)
+}
+
+func flagListed(help, name string) bool {
+	for _, line := range strings.Split(help, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "-"+name {
+			return true
+		}
+	}
+	return false
 }

@@ -37,6 +37,9 @@ func (p *procs) start(name, bin string, args []string, env ...string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
+	// A process group of its own: a ctrl-C at the terminal reaches only the benchmark, which then releases what
+	// the run holds through these processes (unstage, detach, delete) before it stops them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -70,6 +73,15 @@ func (p *procs) cpu(name string) (time.Duration, error) {
 		sum += time.Duration(ns)
 	}
 	return sum, nil
+}
+
+// pid is the process ID of the process started as name.
+func (p *procs) pid(name string) (int, error) {
+	i := slices.Index(p.names, name)
+	if i < 0 {
+		return 0, fmt.Errorf("no process %s", name)
+	}
+	return p.list[i].Process.Pid, nil
 }
 
 func (p *procs) stop() {
@@ -115,12 +127,18 @@ func poll(ctx context.Context, what string, ok func() bool) error {
 
 // startFakecloud starts the fakecloud binary on the file backend, without fsync, with the given extra flags.
 func (p *procs) startFakecloud(ctx context.Context, bin string, args ...string) (string, error) {
+	return p.startFakecloudWith(ctx, bin, append([]string{"--backend", "file", "--no-fsync"}, args...)...)
+}
+
+// startFakecloudWith starts the fakecloud binary with args and no other flag than its address and data
+// directory (<dir>/fakecloud), and waits until it serves.
+func (p *procs) startFakecloudWith(ctx context.Context, bin string, args ...string) (string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return "", err
 	}
 	url := "http://" + addr
-	args = append([]string{"--listen", addr, "--data-dir", filepath.Join(p.dir, "fakecloud"), "--backend", "file", "--no-fsync"}, args...)
+	args = append([]string{"--listen", addr, "--data-dir", filepath.Join(p.dir, "fakecloud")}, args...)
 	if err := p.start("fakecloud", bin, args); err != nil {
 		return "", err
 	}
