@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/extents"
 	"k8s.io/klog/v2"
 )
 
@@ -125,35 +127,16 @@ func sparseCopy(ctx context.Context, dst, src *os.File, size int64) error {
 	if err := dst.Truncate(size); err != nil {
 		return fmt.Errorf("size copy to %d: %w", size, err)
 	}
-	fd := int(src.Fd())
-	for off := int64(0); off < size; {
+	return extents.Each(src, 0, size, func(off, n int64, mapped bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		switch {
-		case errors.Is(err, unix.ENXIO):
-			return nil // nothing but hole from off to the end
-		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP):
+		if !mapped {
 			// No extent map on this filesystem: copy the rest block by block, skipping zeros.
-			return bufferedCopy(ctx, dst, src, off, size-off)
-		case err != nil:
-			return fmt.Errorf("seek data in %s: %w", src.Name(), err)
+			return bufferedCopy(ctx, dst, src, off, n)
 		}
-		if data >= size {
-			return nil
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole in %s: %w", src.Name(), err)
-		}
-		hole = min(hole, size)
-		if err := copyRange(ctx, dst, src, data, hole-data); err != nil {
-			return err
-		}
-		off = hole
-	}
-	return nil
+		return copyRange(ctx, dst, src, off, n)
+	})
 }
 
 // copyRange copies n bytes at off from src to the same offset in dst, in the kernel where it can.

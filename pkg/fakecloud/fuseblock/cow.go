@@ -49,6 +49,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/extents"
 	"k8s.io/klog/v2"
 )
 
@@ -365,31 +367,7 @@ func (s *session) waitBusy() {
 
 // copyExtents copies the data extents of src in [off, end) to the same offsets of dst, leaving holes alone.
 func copyExtents(dst, src *os.File, off, end int64, copyFn func(dst, src *os.File, off, n int64) error) error {
-	fd := int(src.Fd())
-	for off < end {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		switch {
-		case errors.Is(err, unix.ENXIO):
-			return nil
-		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP):
-			return copyFn(dst, src, off, end-off)
-		case err != nil:
-			return fmt.Errorf("seek data in %s: %w", src.Name(), err)
-		}
-		if data >= end {
-			return nil
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole in %s: %w", src.Name(), err)
-		}
-		hole = min(hole, end)
-		if err := copyFn(dst, src, data, hole-data); err != nil {
-			return err
-		}
-		off = hole
-	}
-	return nil
+	return extents.Each(src, off, end, func(off, n int64, _ bool) error { return copyFn(dst, src, off, n) })
 }
 
 // copyData copies n bytes at off from src to dst in the kernel (copy_file_range), or through a buffer where

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
@@ -73,7 +74,7 @@ func New(lookup Lookup, o Options) *Policy {
 		p.now = time.Now
 	}
 	if p.sleep == nil {
-		p.sleep = sleepCtx
+		p.sleep = ctxsleep.Sleep
 	}
 	return p
 }
@@ -233,16 +234,5 @@ func (v *volume) wroteWhole(off, n int64, now time.Time) {
 	v.sweptAt(now)
 	for b := first; b < end && !v.done && b*BlockSize < v.total; b++ {
 		v.markFetched(b)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

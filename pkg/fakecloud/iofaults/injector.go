@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/internal/ctxsleep"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
@@ -68,7 +69,7 @@ func (r *ruleState) take() bool {
 // New makes an Injector with no rules.
 func New(opts Options) *Injector {
 	if opts.Sleep == nil {
-		opts.Sleep = sleep
+		opts.Sleep = ctxsleep.Sleep
 	}
 	if opts.Float64 == nil {
 		opts.Float64 = rand.Float64
@@ -76,17 +77,6 @@ func New(opts Options) *Injector {
 	i := &Injector{opts: opts}
 	i.rules.Store(&ruleSet{released: make(chan struct{})})
 	return i
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Set replaces every rule at once: I/Os held by the old rules are released (and ask the new rules), and
