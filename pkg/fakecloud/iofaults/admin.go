@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/adminjson"
 )
 
 // maxAdminBody bounds a PUT body: MaxRules rules are a few KiB.
@@ -33,36 +35,24 @@ func AdminHandler(inj *Injector) http.Handler {
 			dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&doc); err != nil {
-				writeJSON(w, http.StatusBadRequest, adminError{fmt.Sprintf("decode I/O fault rules: %v", err)})
+				adminjson.Error(w, http.StatusBadRequest, fmt.Sprintf("decode I/O fault rules: %v", err))
 				return
 			}
 			if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-				writeJSON(w, http.StatusBadRequest, adminError{"decode I/O fault rules: trailing data after the document"})
+				adminjson.Error(w, http.StatusBadRequest, "decode I/O fault rules: trailing data after the document")
 				return
 			}
 			if err := inj.Set(doc.Rules); err != nil {
-				writeJSON(w, http.StatusBadRequest, adminError{err.Error()})
+				adminjson.Error(w, http.StatusBadRequest, err.Error())
 				return
 			}
 		case http.MethodDelete:
 			inj.Clear()
 		default:
 			w.Header().Set("Allow", "GET, PUT, DELETE")
-			writeJSON(w, http.StatusMethodNotAllowed, adminError{"method " + r.Method + " not allowed"})
+			adminjson.Error(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
 			return
 		}
-		writeJSON(w, http.StatusOK, StatusDocument{Rules: inj.Rules()})
+		adminjson.Write(w, http.StatusOK, StatusDocument{Rules: inj.Rules()})
 	})
-}
-
-type adminError struct {
-	Error string `json:"error"`
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
