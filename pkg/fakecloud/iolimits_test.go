@@ -9,13 +9,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 	"github.com/diskforge/diskforge/pkg/fakecloud/iolimits"
@@ -102,7 +102,7 @@ func directReads(tb testing.TB, dev string, size, span int64, depth int, n int64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := alignedBuf(int(size))
+			buf := testutil.AlignedBuf(int(size))
 			for {
 				if n > 0 && done.Add(1) > n {
 					return
@@ -130,16 +130,6 @@ func directReads(tb testing.TB, dev string, size, span int64, depth int, n int64
 		ios = n
 	}
 	return ioRun{ios: ios, bytes: ios * size, elapsed: time.Since(start)}
-}
-
-func alignedBuf(n int) []byte {
-	const align = 4096
-	raw := make([]byte, n+align)
-	skip := 0
-	if rem := int(uintptr(unsafe.Pointer(&raw[0])) % align); rem != 0 {
-		skip = align - rem
-	}
-	return raw[skip : skip+n]
 }
 
 // statsOf is the limits policy's counters of a volume: zero before its first I/O.

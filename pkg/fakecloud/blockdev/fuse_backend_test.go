@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -87,17 +86,6 @@ func directIO(path string, off int64, buf []byte, write bool) error {
 		_, err = f.ReadAt(buf, off)
 	}
 	return err
-}
-
-// alignedBuf returns n bytes aligned to the page, as O_DIRECT needs.
-func alignedBuf(n int) []byte {
-	const align = 4096
-	raw := make([]byte, n+align)
-	skip := 0
-	if rem := int(uintptr(unsafe.Pointer(&raw[0])) % align); rem != 0 {
-		skip = align - rem
-	}
-	return raw[skip : skip+n]
 }
 
 func sysfsAttr(t *testing.T, dev, attr string) string {
@@ -243,7 +231,7 @@ func TestFuseBackendPolicy(t *testing.T) {
 		{"same range of another volume", "vol-b", badStart, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := directIO(devs[tc.volume], tc.off, alignedBuf(4096), false)
+			err := directIO(devs[tc.volume], tc.off, testutil.AlignedBuf(4096), false)
 			if tc.wantEIO && !errors.Is(err, syscall.EIO) {
 				t.Fatalf("read at %d: err = %v, want EIO", tc.off, err)
 			}
@@ -256,7 +244,7 @@ func TestFuseBackendPolicy(t *testing.T) {
 	mu.Lock()
 	seen = nil
 	mu.Unlock()
-	buf := alignedBuf(8192)
+	buf := testutil.AlignedBuf(8192)
 	copy(buf, "flushed")
 	if err := directIO(devs["vol-b"], 2*mib, buf, true); err != nil {
 		t.Fatal(err)
@@ -364,7 +352,7 @@ func TestFuseBackendRestartAfterKill(t *testing.T) {
 	if state, err := fuseblock.Inspect(mnt); err != nil || state != fuseblock.Stale {
 		t.Fatalf("after kill -9 the mount is %v, %v; want stale", state, err)
 	}
-	if err := directIO(oldDev, 0, alignedBuf(4096), false); err == nil {
+	if err := directIO(oldDev, 0, testutil.AlignedBuf(4096), false); err == nil {
 		t.Fatalf("the dead server's device %s still reads", oldDev)
 	}
 

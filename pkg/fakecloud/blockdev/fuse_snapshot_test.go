@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/internal/testutil"
 )
 
 // The counter layout: slot s is 4 KiB at s*counterStride, all of it the little-endian uint64 counter value
@@ -53,7 +55,7 @@ func startCounterWriter(t *testing.T, dev string) *counterWriter {
 	go func() {
 		defer close(w.done)
 		defer f.Close()
-		buf := alignedBuf(counterSlot)
+		buf := testutil.AlignedBuf(counterSlot)
 		for c := uint64(1); ctx.Err() == nil; c++ {
 			for i := 0; i < counterSlot; i += 8 {
 				binary.LittleEndian.PutUint64(buf[i:], c)
@@ -353,7 +355,7 @@ func startRandomWriter(b *testing.B, dev string, size int64, writes *atomic.Int6
 	go func() {
 		defer wg.Done()
 		defer f.Close()
-		buf := alignedBuf(4096)
+		buf := testutil.AlignedBuf(4096)
 		r := rand.New(rand.NewPCG(1, 2))
 		for ctx.Err() == nil {
 			buf[0]++

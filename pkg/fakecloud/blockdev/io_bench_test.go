@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/internal/testutil"
 )
 
 // The I/O benchmark runs each workload in a child process (this test binary again), so that this process's
@@ -72,7 +74,7 @@ func runWorkload(workload, dev string) (ioResult, error) {
 	start := time.Now()
 	switch workload {
 	case "seq-write", "seq-read":
-		buf := alignedBuf(seqBlock)
+		buf := testutil.AlignedBuf(seqBlock)
 		for i := range buf {
 			buf[i] = byte(i * 7)
 		}
@@ -108,7 +110,7 @@ func runWorkload(workload, dev string) (ioResult, error) {
 					return
 				}
 				defer g.Close()
-				buf := alignedBuf(randBlock)
+				buf := testutil.AlignedBuf(randBlock)
 				rng := rand.New(rand.NewPCG(uint64(w), 25))
 				for range randReads / workers {
 					off := rng.Int64N(ioBenchBytes/randBlock) * randBlock
