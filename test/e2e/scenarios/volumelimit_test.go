@@ -150,6 +150,23 @@ func scenarioVolumeLimit(t *testing.T, r *run) {
 // CSINode count and how many of its slots are in use.
 func (r *run) leastFreeNode(t *testing.T) (n node, limit, used int) {
 	t.Helper()
+	// A volume whose pod an earlier scenario deleted stays attached for a few seconds after the pod is gone; counted
+	// now, it would leave the node one volume short of full once its detach ends.
+	waitGone(t, "VolumeAttachments whose pods are gone", func(ctx context.Context) ([]string, error) {
+		var left []string
+		for _, c := range r.nodes {
+			attached, claimed, err := r.nodeVolumes(ctx, c.Name)
+			if err != nil {
+				return nil, err
+			}
+			for pv := range attached {
+				if !claimed[pv] {
+					left = append(left, c.Name+": "+pv)
+				}
+			}
+		}
+		return left, nil
+	})
 	free := -1
 	for _, c := range r.nodes {
 		l, ok, err := r.volumeLimit(t.Context(), c.Name)
@@ -177,17 +194,30 @@ func (r *run) leastFreeNode(t *testing.T) (n node, limit, used int) {
 // volumesInUse counts the driver's volumes on a node as the scheduler does: the claims of the pods on it and the
 // VolumeAttachments to it, each volume once.
 func (r *run) volumesInUse(ctx context.Context, nodeName string) (int, error) {
-	pvs := map[string]bool{}
-	vas, err := r.nodeAttachments(ctx, nodeName)
+	attached, claimed, err := r.nodeVolumes(ctx, nodeName)
 	if err != nil {
 		return 0, err
 	}
+	for pv := range claimed {
+		attached[pv] = true
+	}
+	return len(attached), nil
+}
+
+// nodeVolumes returns the driver's PVs on a node: those with a VolumeAttachment to it, and the bound claims of the
+// pods on it that have not ended.
+func (r *run) nodeVolumes(ctx context.Context, nodeName string) (attached, claimed map[string]bool, err error) {
+	attached, claimed = map[string]bool{}, map[string]bool{}
+	vas, err := r.nodeAttachments(ctx, nodeName)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, va := range vas {
-		pvs[*va.Spec.Source.PersistentVolumeName] = true
+		attached[*va.Spec.Source.PersistentVolumeName] = true
 	}
 	pods, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -202,21 +232,21 @@ func (r *run) volumesInUse(ctx context.Context, nodeName string) (int, error) {
 				continue
 			}
 			if err != nil {
-				return 0, err
+				return nil, nil, err
 			}
 			if c.Spec.VolumeName == "" {
 				continue // not bound yet: not on the node yet
 			}
 			pv, err := r.cs.CoreV1().PersistentVolumes().Get(ctx, c.Spec.VolumeName, metav1.GetOptions{})
 			if err != nil {
-				return 0, err
+				return nil, nil, err
 			}
 			if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == driverName {
-				pvs[pv.Name] = true
+				claimed[pv.Name] = true
 			}
 		}
 	}
-	return len(pvs), nil
+	return attached, claimed, nil
 }
 
 // cloudAttachments counts fakecloud's attachments to an instance, in every state.
