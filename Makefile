@@ -54,12 +54,13 @@ test-clients:
 # attachment, attach limit; about 6 minutes). The binaries are built once into .cache/e2e-bin.
 # E2E_EXTERNAL=false leaves the external suite out; make
 # e2e-conformance runs all of it but the disruptive specs, make e2e-disruptive those. Each run of the suite keeps
-# its report under _output/e2e-external.
+# its report under _output/e2e-external, and each run of make e2e the cluster's logs (control plane, kubelets,
+# containerd, every container: about 1 MB) under _output/e2e-logs.
 E2E_EXTERNAL ?= true
 e2e: image
 	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ ./external/... && \
 		$(GO) test -tags e2e -count=1 -v -timeout 50m ./scenarios/ $(if $(filter true,$(E2E_EXTERNAL)),,-run '^(TestE2E|TestNodeLife)$$') \
-			-args -external=$(E2E_EXTERNAL)
+			-args -external=$(E2E_EXTERNAL) -logs-dir=$(CURDIR)/_output/e2e-logs
 
 # Kubernetes' external storage suite, all of it but its disruptive specs (which restart kubelets over SSH), on a
 # fresh cluster; E2E_CONFORMANCE_TIMEOUT bounds the suite (ginkgo then interrupts it and reports what ran), and

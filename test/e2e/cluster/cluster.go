@@ -33,6 +33,8 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// KeepWorkDir keeps logs and state after Stop.
 	KeepWorkDir bool
+	// LogsDir, if set, receives a copy of the run's logs at Stop (saveLogs).
+	LogsDir string
 }
 
 // Cluster is a running local cluster.
@@ -209,6 +211,13 @@ func (c *Cluster) Stop() {
 	}
 	if c.host != nil {
 		c.host.restore(c.info.WorkDir, c.logf)
+	}
+	if c.opts.LogsDir != "" {
+		n, err := saveLogs(c.info.WorkDir, c.opts.LogsDir)
+		if err != nil {
+			c.logf("save the logs: %v", err)
+		}
+		c.logf("%d logs saved in %s", n, c.opts.LogsDir)
 	}
 	if c.opts.KeepWorkDir {
 		c.logf("work dir kept: %s", c.info.WorkDir)

@@ -42,6 +42,8 @@ var (
 		"with -kubeconfig: the application pods' image (busybox: sh, dd, df, sha256sum, blockdev)")
 	keepWorkDirFlag = flag.Bool("keep-work-dir", false,
 		"local cluster: keep its work directory (logs, state) after the run")
+	logsDirFlag = flag.String("logs-dir", "",
+		"local cluster: copy its logs (control plane, kubelets, containers) into <dir>/local-<time> after the run")
 )
 
 // TestMain starts the local cluster unless -kubeconfig names one, runs the scenarios and prints their timings.
@@ -106,7 +108,7 @@ func mainRun(m *testing.M) int {
 	installStopHandlers()
 	start := time.Now()
 	c, err := cluster.Start(ctx, cluster.Options{RepoRoot: root, BinDir: binDir, Logf: clusterLogf,
-		KeepWorkDir: *keepWorkDirFlag})
+		KeepWorkDir: *keepWorkDirFlag, LogsDir: runLogsDir(*logsDirFlag, time.Now())})
 	recordTiming("cluster start", result(err == nil), time.Since(start))
 	local.started(c)
 	if err != nil {
@@ -249,4 +251,12 @@ func repoRoot() (string, error) {
 
 func clusterLogf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s cluster: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// runLogsDir is where this run's cluster logs go: a directory per run under dir, none when dir is empty.
+func runLogsDir(dir string, now time.Time) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, "local-"+now.UTC().Format("20060102T150405Z"))
 }
