@@ -55,7 +55,7 @@ test-clients:
 # E2E_EXTERNAL=false leaves the external suite out; make
 # e2e-conformance runs all of it but the disruptive specs, make e2e-disruptive those. Each run of the suite keeps
 # its report under _output/e2e-external, and each run of make e2e the cluster's logs (control plane, kubelets,
-# containerd, every container: about 1 MB) under _output/e2e-logs.
+# containerd, every container: about 1.5 MB) under _output/e2e-logs.
 E2E_EXTERNAL ?= true
 e2e: image
 	cd test/e2e && $(GO) vet -tags e2e ./... && $(GO) test -count=1 ./cluster/ ./external/... && \

@@ -29,6 +29,9 @@ func TestSaveLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if n, err := saveLogs(t.TempDir(), to); n != 0 || err != nil {
+		t.Fatalf("an empty work directory: %d saved, %v; want none and no error", n, err)
+	}
 	n, err := saveLogs(work, to)
 	if err != nil {
 		t.Fatal(err)

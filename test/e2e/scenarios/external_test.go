@@ -127,7 +127,7 @@ func TestExternalStorage(t *testing.T) {
 		kind = "conformance"
 	}
 	start := time.Now()
-	runDir := filepath.Join(root, "_output", "e2e-external", kind+"-"+start.UTC().Format("20060102T150405Z"))
+	runDir := filepath.Join(root, "_output", "e2e-external", kind+"-"+runStamp(start))
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -258,5 +258,8 @@ func runLogsDir(dir string, now time.Time) string {
 	if dir == "" {
 		return ""
 	}
-	return filepath.Join(dir, "local-"+now.UTC().Format("20060102T150405Z"))
+	return filepath.Join(dir, "local-"+runStamp(now))
 }
+
+// runStamp names a run's output directories by its start, in UTC, sorting as time does.
+func runStamp(t time.Time) string { return t.UTC().Format("20060102T150405Z") }
