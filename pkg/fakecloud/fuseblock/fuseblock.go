@@ -118,6 +118,19 @@ type Policy interface {
 	Before(ctx context.Context, io IO) error
 }
 
+// Forgetter is a Policy that keeps state per volume: FS.Forget tells it when a volume is deleted, so that its
+// state does not outlive the volume. A request for the volume after that is a new volume's.
+type Forgetter interface {
+	Forget(volumeID string)
+}
+
+// forgetIn tells p, or each policy of a Chain, that the volume is gone.
+func forgetIn(p Policy, volumeID string) {
+	if f, ok := p.(Forgetter); ok {
+		f.Forget(volumeID)
+	}
+}
+
 // NopPolicy lets every request through.
 type NopPolicy struct{}
 
@@ -238,9 +251,11 @@ func (f *FS) Path(volumeID string) string {
 func (f *FS) MountPoint() string { return f.cfg.MountPoint }
 
 // Forget tells the kernel that the volume's file is gone (its real file was removed), so that a loop device
-// still holding it reports its backing file "(deleted)" as it does for a removed plain file.
+// still holding it reports its backing file "(deleted)" as it does for a removed plain file, and the policy
+// (a Forgetter) that the volume's state may go.
 func (f *FS) Forget(volumeID string) {
 	f.forgetVolume(volumeID)
+	forgetIn(f.policy, volumeID)
 	name := volumeID + f.cfg.Suffix
 	if child := f.root.GetChild(name); child != nil {
 		if errno := f.root.NotifyDelete(name, child); errno != 0 && errno != syscall.ENOENT {
@@ -324,6 +339,12 @@ func Chain(policies ...Policy) Policy {
 }
 
 type chain []Policy
+
+func (c chain) Forget(volumeID string) {
+	for _, p := range c {
+		forgetIn(p, volumeID)
+	}
+}
 
 func (c chain) Before(ctx context.Context, io IO) error {
 	for _, p := range c {
