@@ -186,7 +186,7 @@ func (q qd1Result) mean() time.Duration {
 // isolationWindow is how long vol-b is measured; isolationGiveUp is when a hung vol-a is released anyway,
 // so that a run on a backend that stalls vol-b ends (and shows the stall as one read of that length).
 const (
-	isolationWindow = 3 * time.Second
+	isolationWindow = time.Second
 	isolationGiveUp = 5 * time.Second
 )
 
@@ -217,7 +217,7 @@ func readQD1(b *testing.B, dev string, window time.Duration) qd1Result {
 
 // isolationRounds: the cases run in turn this many times, and each reports its median round, so that a
 // noisy moment of a shared machine falls on one round of one case rather than on a whole case.
-const isolationRounds = 3
+const isolationRounds = 7
 
 // BenchmarkFuseIsolation measures vol-b's 4 KiB O_DIRECT random reads at queue depth 1 while vol-a, on the
 // same fuse backend, is idle, hung (a hang fault holding its reads) or throttled (at its 100-IOPS io2 limit),
