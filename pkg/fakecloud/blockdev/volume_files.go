@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"k8s.io/klog/v2"
 )
 
 // volumeFiles is what both backends do alike: the files of volumes and snapshots, one lock per volume.
@@ -40,8 +38,6 @@ func (f *volumeFiles) captureLocked(snapshotID, volumeID string, attached bool) 
 	case cloned:
 		return CaptureComplete, nil
 	case attached:
-		klog.InfoS("No instant copy on this filesystem (no reflink): the snapshot of the attached volume holds "+
-			"its bytes as they are when its copy runs, not at its request", "snapshot", snapshotID, "volume", volumeID)
 		return CaptureLive, nil
 	}
 	return CaptureFrozen, nil

@@ -12,6 +12,10 @@ package fuseblock
 //     new ones wait, the real file is fsynced (so SEEK_DATA sees every extent written so far), the size is
 //     recorded and the session installed. That instant is the copy's point in time. If the destination can be
 //     reflinked to the source, the reflink is made right there under the barrier and no session is needed.
+//     BeginPointInTime is the barrier alone, so a caller can fix the instant (before answering a request) and
+//     run the copier later (PointInTime.Finish); until then writes keep the old bytes by copy-before-write.
+//   - Several sessions. A volume may have several sessions at once, each with its own instant, destination and
+//     claims; a write preserves its chunks in every one, in the order they were begun.
 //   - Copy-before-write. While a session runs, a write touching a chunk not yet copied first copies that
 //     chunk's bytes (still those of the point in time) to the destination, then writes. The policy is asked
 //     before the gate is entered, so a request a policy holds (latency, a hang) never holds up a barrier.
@@ -24,7 +28,8 @@ package fuseblock
 //     a chunk that is a hole when the copier looks is either untouched since the point in time (a hole then,
 //     nothing to copy) or was claimed by the write that changed it.
 //   - End. The copier's pass done, the gate's write side is taken once more: no write is inside a
-//     copy-before-write, the session is removed, and the destination is fsynced.
+//     copy-before-write, the session is removed, and the destination is fsynced. Abort removes a session the
+//     same way without copying the rest.
 //   - Failure. A destination error (ENOSPC, EIO) or the caller's context ending fails the session: the copier
 //     stops, later writes stop copying, and the caller gets the error and removes its file. A volume's write
 //     never fails because a copy did.
@@ -34,8 +39,8 @@ package fuseblock
 // ones cost fewer claims and syscalls for the copier. The kernel sends writes of up to 1 MiB (maxIO), so a
 // large sequential write claims two or three chunks; a 4 KiB random write copies 512 KiB once per chunk.
 //
-// The size cannot change during a session: the server refuses size changes (Setattr), and the blockdev
-// backend holds the volume's lock, which ResizeVolume waits for, for the whole copy.
+// The size cannot change during a session: the server refuses size changes (Setattr), and fakecloud's state
+// holds a volume's growth until its snapshots' copies end.
 
 import (
 	"context"
