@@ -70,6 +70,9 @@ type retryKey struct {
 
 func (j ioJob) retryKey() retryKey { return retryKey{j.kind, j.volumeID, j.snapshotID} }
 
+// retried reports whether a failure of the job is tried again (a snapshot's copy fails the snapshot instead).
+func (j ioJob) retried() bool { return j.kind != jobSnapshotCopy && j.kind != jobSnapshotRemove }
+
 // retryDelay is the wait after the attempt-th failure in a row.
 func retryDelay(attempt int) time.Duration {
 	d := stuckPoll
@@ -168,7 +171,7 @@ func (s *State) runJob(j ioJob) {
 		// A failed job is tried again once its outcome is applied; the volume stays busy meanwhile, so the
 		// wait here spaces the retries (and their log lines).
 		wait := stuckPoll
-		if !errors.Is(out.err, blockdev.ErrBusy) {
+		if j.retried() && !errors.Is(out.err, blockdev.ErrBusy) {
 			out.attempt = s.countFailure(j, out.err)
 			wait = retryDelay(out.attempt)
 		}
@@ -176,7 +179,7 @@ func (s *State) runJob(j ioJob) {
 		case <-time.After(wait):
 		case <-s.jobsCtx.Done():
 		}
-	} else if out.err == nil {
+	} else if out.err == nil && j.retried() {
 		s.countFailure(j, nil)
 	}
 	if s.jobsCtx.Err() != nil {

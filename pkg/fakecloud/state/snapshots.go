@@ -64,6 +64,10 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		return nil
 	})
 	if err != nil {
+		if sn != nil {
+			// Reserved, then the commit failed.
+			s.withLock(func() { s.endCapture(sn) })
+		}
 		return Snapshot{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
@@ -71,9 +75,7 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 	cancel()
 	var out Snapshot
 	err = s.mutate(func(now time.Time) error {
-		delete(s.reserved, sn.ID)
-		s.endCopyOf(sn.VolumeID)
-		s.markPending(kindVolume, sn.VolumeID)
+		s.endCapture(sn)
 		sn.DueAt = now.Add(s.cfg.Durations.Snapshot)
 		switch {
 		case capErr != nil:
@@ -105,6 +107,13 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		}
 	}
 	return out, err
+}
+
+// endCapture ends the reservation of a snapshot's ID and its hold on the volume's transitions.
+func (s *State) endCapture(sn *Snapshot) {
+	delete(s.reserved, sn.ID)
+	s.endCopyOf(sn.VolumeID)
+	s.markPending(kindVolume, sn.VolumeID)
 }
 
 // captureTimeout bounds a capture: the flush's own bound, and the barrier's sync of the volume's file.
