@@ -40,7 +40,8 @@ const fuseDir = "fuse"
 // detaches it. Reconcile binds the attached volumes again either way.
 type FuseBackend struct {
 	*LoopBackend
-	fs *fuseblock.FS
+	fs    *fuseblock.FS
+	begun begunCopies // fuse_snapshot.go
 }
 
 var _ Backend = (*FuseBackend)(nil)
@@ -188,6 +189,7 @@ const closeReleaseWait = 10 * time.Second
 func (b *FuseBackend) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseWait)
 	defer cancel()
+	b.begun.abortAll()
 	err := releaseDevicesIn(ctx, b.fs.MountPoint(), &b.locks)
 	return errors.Join(err, b.fs.Close())
 }
