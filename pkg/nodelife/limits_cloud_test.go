@@ -82,20 +82,7 @@ func TestLimitsAfterStopStart(t *testing.T) {
 	settle(t, l, typeLimit) // neither is in the metadata before the next start
 
 	// The instance stops and starts with both attached; its metadata lists them now.
-	if _, err := sdk.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []types.InstanceStateName{types.InstanceStateNameStopped, types.InstanceStateNameRunning} {
-		fakecloudtest.WaitFor(t, 10*time.Second, "instance "+string(want), func(ctx context.Context) (bool, error) {
-			out, err := sdk.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}})
-			return err == nil && out.Reservations[0].Instances[0].State.Name == want, err
-		})
-		if want == types.InstanceStateNameStopped {
-			if _, err := sdk.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	env.RestartInstance(t, fakecloudtest.InstanceA)
 	if listed, err := metadata.AttachedVolumes(ctx); err != nil || len(listed) != 2 {
 		t.Fatalf("metadata after the start lists %q, %v; want the driver's %s and sdf", listed, err, device)
 	}

@@ -93,20 +93,7 @@ func TestAttachedVolumes(t *testing.T) {
 	if got, err := md.AttachedVolumes(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("AttachedVolumes before a start = %q, %v; want none", got, err)
 	}
-	if _, err := client.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, state := range []types.InstanceStateName{types.InstanceStateNameStopped, types.InstanceStateNameRunning} {
-		fakecloudtest.WaitFor(t, 10*time.Second, "instance "+string(state), func(ctx context.Context) (bool, error) {
-			out, err := client.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}})
-			return err == nil && out.Reservations[0].Instances[0].State.Name == state, err
-		})
-		if state == types.InstanceStateNameStopped {
-			if _, err := client.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{fakecloudtest.InstanceA}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	e.RestartInstance(t, fakecloudtest.InstanceA)
 	got, err = md.AttachedVolumes(ctx)
 	if err != nil || len(got) != len(want) {
 		t.Fatalf("AttachedVolumes = %q, %v; want the devices of %q", got, err, want)

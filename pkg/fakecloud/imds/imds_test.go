@@ -165,24 +165,6 @@ func TestBlockDeviceMapping(t *testing.T) {
 				out.Volumes[0].Attachments[0].State == types.VolumeAttachmentStateAttached), err
 		})
 	}
-	restart := func() {
-		t.Helper()
-		instance := aws.String(fakecloudtest.InstanceA)
-		if _, err := c.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{*instance}}); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []types.InstanceStateName{types.InstanceStateNameStopped, types.InstanceStateNameRunning} {
-			fakecloudtest.WaitFor(t, 10*time.Second, string(want)+" instance", func(ctx context.Context) (bool, error) {
-				out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{*instance}})
-				return err == nil && out.Reservations[0].Instances[0].State.Name == want, err
-			})
-			if want == types.InstanceStateNameStopped {
-				if _, err := c.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{*instance}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
 	attach := func(id, device string) {
 		waitVolume(id, types.VolumeStateAvailable)
 		if _, err := c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: &id, InstanceId: aws.String(fakecloudtest.InstanceA), Device: &device}); err != nil {
@@ -207,7 +189,7 @@ func TestBlockDeviceMapping(t *testing.T) {
 	attach(second, "/dev/sdf")
 	check("attached while running", map[string]string{"block-device-mapping/": "ami\nroot", "block-device-mapping/ebs1": ""})
 
-	restart()
+	e.RestartInstance(t, fakecloudtest.InstanceA)
 	check("after a start", map[string]string{
 		"block-device-mapping/":      "ami\nebs1\nebs2\nroot",
 		"block-device-mapping/ebs1":  "xvdba",
@@ -229,7 +211,7 @@ func TestBlockDeviceMapping(t *testing.T) {
 	waitVolume(first, types.VolumeStateAvailable)
 	check("detached while running", map[string]string{"block-device-mapping/": "ami\nebs1\nebs2\nroot", "block-device-mapping/ebs1": "xvdba"})
 
-	restart()
+	e.RestartInstance(t, fakecloudtest.InstanceA)
 	check("after the next start", map[string]string{"block-device-mapping/": "ami\nebs1\nroot", "block-device-mapping/ebs1": "sdf",
 		"block-device-mapping/ebs2": ""})
 }
