@@ -138,6 +138,7 @@ func (s *StartupTaint) Keep(ctx context.Context) error {
 		return err
 	}
 	go inf.RunWithContext(ctx)
+	klog.InfoS("Watching the Node for the startup taint coming back", "node", s.NodeName, "taint", s.Key)
 	retry := backoff{next: s.RetryInitial, limit: s.RetryMax}
 	var again <-chan time.Time // a failed removal is tried again without waiting for the Node to change
 	left := ""                 // why the taint was last left on the Node, so that it is logged once
