@@ -154,7 +154,7 @@ func run(o *options) error {
 		go serveHTTP(serveCtx, o.httpEndpoint, reg, life.prestopHandler())
 	}
 	klog.InfoS("Driver serving", "endpoint", o.endpoint, "mode", o.mode, "name", o.name)
-	life.start(serveCtx)
+	life.start(ctx, serveCtx)
 	return driver.Serve(serveCtx, srv, lis, 30*time.Second)
 }
 
@@ -165,14 +165,16 @@ type nodeLife struct {
 	shutdown    *nodelife.Shutdown
 }
 
-// start watches the driver's VolumeAttachments and removes the startup taint once kubelet has registered the
-// plugin; the listener is open by then, so kubelet's calls are answered.
-func (l *nodeLife) start(ctx context.Context) {
+// start watches the driver's VolumeAttachments until serving ends (the shutdown wait reads them), and removes
+// the startup taint once kubelet has registered the plugin, then whenever it comes back, until the signal to
+// stop (running ends): a taint put back while the plugin shuts down stays. The listener is open by then, so
+// kubelet's calls are answered.
+func (l *nodeLife) start(running, serving context.Context) {
 	if l == nil {
 		return
 	}
-	go l.attachments.Run(ctx)
-	go func() { _, _ = l.taint.Run(ctx) }()
+	go l.attachments.Run(serving)
+	go func() { _ = l.taint.Serve(running) }()
 }
 
 func (l *nodeLife) waitShutdown() {

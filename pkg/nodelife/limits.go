@@ -22,8 +22,8 @@ type LimitOptions struct {
 	TypeLimit int64
 	// Initial is the answer until the first count: the type's limit less the volumes of the instance's start.
 	Initial int64
-	// Attached reads the device names of the EBS volumes attached to the instance besides its root volume
-	// (topology.Metadata.AttachedVolumes); nil leaves the limit at Initial.
+	// Attached reads the device names of the EBS volumes the instance metadata lists besides its root volume
+	// (topology.Metadata.AttachedVolumes): those of the instance's last start; nil leaves the limit at Initial.
 	Attached func(context.Context) ([]string, error)
 	// Attachments are the driver's VolumeAttachments on the node.
 	Attachments *Attachments
@@ -40,8 +40,11 @@ type LimitOptions struct {
 // ResourceExhausted): the instance type's limit less the volumes attached to the instance that are not the
 // driver's, so that a volume attached outside Kubernetes takes its slot from the scheduler's count.
 //
-// The instance's volumes come from instance metadata, the driver's from its VolumeAttachments on the node that
-// are attached. When either cannot be read the last good answer stands: NodeGetInfo never fails for it. Instance
+// The instance's volumes come from instance metadata, which on EC2 lists the volumes attached when the instance
+// last started and is not updated until the next start. The driver's are those of its VolumeAttachments on the
+// node that are attached, and every entry under one of the controller's device names (topology.ForeignVolumes):
+// a volume the driver attached before a stop and start, then detached, stays listed until the next start and
+// must not take a slot. A volume attached outside the driver counts from the instance's next start. When either cannot be read the last good answer stands: NodeGetInfo never fails for it. Instance
 // metadata is read on NodeGetInfo's path only while it answers; after a failure (outside EC2 nothing answers at
 // the default address) it is read in the background, so a call never waits for it to time out.
 type Limits struct {

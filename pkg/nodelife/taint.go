@@ -12,8 +12,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/internal/ctxsleep"
@@ -31,7 +34,8 @@ const (
 	DefaultRetryMax         = 10 * time.Second
 )
 
-// StartupTaint removes the startup taint from the plugin's own Node.
+// StartupTaint removes the startup taint from the plugin's own Node: once kubelet has registered the plugin
+// (Run), then whenever a node manager puts it back while the plugin serves (Keep).
 type StartupTaint struct {
 	Client     kubernetes.Interface
 	NodeName   string
@@ -86,6 +90,89 @@ func (s *StartupTaint) Run(ctx context.Context) (time.Duration, error) {
 		s.logFailure(err, "remove the startup taint")
 		if ctxsleep.Sleep(ctx, retry.delay()) != nil {
 			return 0, ctx.Err()
+		}
+	}
+}
+
+// Serve is Run, then Keep, until ctx ends: the plugin's whole part in the startup taint. End ctx when the
+// plugin begins to shut down, so that a taint put back then stays.
+func (s *StartupTaint) Serve(ctx context.Context) error {
+	if _, err := s.Run(ctx); err != nil {
+		return err
+	}
+	return s.Keep(ctx)
+}
+
+// Keep watches the Node (one object, by a field selector on its name) and removes the startup taint whenever it
+// is on the Node, until ctx ends: node managers put it back on a Node that is already serving (a node pool's
+// taints applied again on update, a node's registration replayed), and a taint that stays keeps every pod with
+// one of the driver's volumes off the node. It leaves the taint on a Node being drained or shut down
+// (DrainReason), where nothing is to be scheduled, and removes it once the Node is back in service. Call it
+// after Run: kubelet has registered the plugin by then. Failures are logged and retried with backoff; the watch
+// itself is retried by the informer.
+func (s *StartupTaint) Keep(ctx context.Context) error {
+	s.defaults()
+	inf := coreinformers.NewFilteredNodeInformer(s.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
+	})
+	// Managed fields are most of a Node's size and nothing here reads them.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	changed := make(chan struct{}, 1)
+	notify := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == s.NodeName && hasTaint(n, s.Key) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
+	}); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	klog.InfoS("Watching the Node for the startup taint coming back", "node", s.NodeName, "taint", s.Key)
+	retry := backoff{next: s.RetryInitial, limit: s.RetryMax}
+	var again <-chan time.Time // a failed removal is tried again without waiting for the Node to change
+	left := ""                 // why the taint was last left on the Node, so that it is logged once
+	for {
+		select {
+		case <-ctx.Done():
+			klog.InfoS("Stopped watching the Node for the startup taint", "node", s.NodeName, "taint", s.Key)
+			return ctx.Err()
+		case <-changed:
+		case <-again:
+		}
+		again = nil
+		obj, ok, err := inf.GetStore().GetByKey(s.NodeName)
+		node, isNode := obj.(*corev1.Node)
+		if err != nil || !ok || !isNode || !hasTaint(node, s.Key) {
+			continue
+		}
+		if reason := DrainReason(node); reason != "" {
+			if reason != left {
+				klog.InfoS("The startup taint is on a Node being drained or shut down; leaving it", "node", s.NodeName,
+					"taint", s.Key, "reason", reason)
+				left = reason
+			}
+			continue
+		}
+		left = ""
+		removed, err := s.removeOnce(ctx)
+		switch {
+		case err != nil:
+			s.logFailure(err, "remove the startup taint put back on the Node")
+			again = time.After(retry.delay())
+		case removed:
+			klog.InfoS("Startup taint put back on the Node; removed it again", "node", s.NodeName, "taint", s.Key)
+			retry = backoff{next: s.RetryInitial, limit: s.RetryMax}
 		}
 	}
 }
@@ -175,7 +262,7 @@ func hasTaint(node *corev1.Node, key string) bool {
 func (s *StartupTaint) logFailure(err error, what string) {
 	switch {
 	case apierrors.IsForbidden(err):
-		klog.ErrorS(err, "Not allowed to "+what+"; the node plugin's ServiceAccount needs get and patch on nodes and get on csinodes (see its ClusterRole). Retrying",
+		klog.ErrorS(err, "Not allowed to "+what+"; the node plugin's ServiceAccount needs get, list, watch and patch on nodes and get on csinodes (see its ClusterRole). Retrying",
 			"node", s.NodeName, "taint", s.Key)
 	case apierrors.IsConflict(err), apierrors.IsInvalid(err):
 		// A failed test operation comes back as 422: the taints changed since they were read.

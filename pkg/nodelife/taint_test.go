@@ -2,6 +2,8 @@ package nodelife
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -208,5 +210,105 @@ func TestStartupTaintForbiddenReadRetries(t *testing.T) {
 	}
 	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{startupNoExecute}) {
 		t.Errorf("taints = %v after refused patches, want the startup taint still there", got)
+	}
+}
+
+// serveTaint runs Serve until the returned stop is called; stop returns once Serve has.
+func serveTaint(t *testing.T, client *fake.Clientset) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { done <- taintRemover(client).Serve(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Serve = %v, want the context's end", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// putBack updates the Node as a node manager does: taints (the startup taint among them) and cordon.
+func putBack(t *testing.T, client *fake.Clientset, unschedulable bool, taints ...corev1.Taint) {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), testNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints, n.Spec.Unschedulable = taints, unschedulable
+	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func untainted(t *testing.T, client *fake.Clientset, want ...corev1.Taint) func() bool {
+	return func() bool { return slices.Equal(taintsOf(t, client), want) }
+}
+
+// stays checks for a while that the startup taint stays on the Node and that nothing patches it.
+func stays(t *testing.T, client *fake.Clientset, what string) {
+	t.Helper()
+	before := patches(client)
+	for range 100 {
+		if !hasTaint(&corev1.Node{Spec: corev1.NodeSpec{Taints: taintsOf(t, client)}}, StartupTaintKey) || patches(client) != before {
+			t.Fatalf("%s: the startup taint was removed (taints %v)", what, taintsOf(t, client))
+		}
+		time.Sleep(3 * time.Millisecond)
+	}
+}
+
+// TestStartupTaintPutBack: a node manager puts the taint back on a serving plugin's Node, again and again; each
+// time it goes, and the other taints stay.
+func TestStartupTaintPutBack(t *testing.T) {
+	client := fake.NewClientset(node(testNode, startupNoExecute, otherTaint), csiNode(testNode, testDriver))
+	serveTaint(t, client)
+	eventually(t, "the startup taint removed at start", untainted(t, client, otherTaint))
+	for i := range 3 {
+		putBack(t, client, false, otherTaint, startupNoSchedule, lateTaint)
+		eventually(t, fmt.Sprintf("the startup taint put back (%d) removed again", i+1), untainted(t, client, otherTaint, lateTaint))
+		putBack(t, client, false, otherTaint)
+	}
+}
+
+// TestStartupTaintPutBackDraining: on a Node being drained the taint put back stays, until the Node is back in
+// service; once the plugin begins to shut down it stays for good.
+func TestStartupTaintPutBackDraining(t *testing.T) {
+	client := fake.NewClientset(node(testNode, startupNoExecute), csiNode(testNode, testDriver))
+	stop := serveTaint(t, client)
+	eventually(t, "the startup taint removed at start", untainted(t, client))
+
+	putBack(t, client, true)
+	putBack(t, client, true, startupNoExecute)
+	stays(t, client, "cordoned Node")
+	putBack(t, client, false, startupNoExecute)
+	eventually(t, "the startup taint removed once the Node is uncordoned", untainted(t, client))
+
+	stop()
+	putBack(t, client, false, startupNoExecute)
+	stays(t, client, "after shutdown began")
+}
+
+// TestStartupTaintPutBackRetries: a removal that fails (RBAC refusing the patch for a while) is tried again
+// without waiting for the Node to change.
+func TestStartupTaintPutBackRetries(t *testing.T) {
+	client := fake.NewClientset(node(testNode), csiNode(testNode, testDriver))
+	var refuse atomic.Int32
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse.Add(-1) >= 0 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, testNode, nil)
+		}
+		return false, nil, nil
+	})
+	serveTaint(t, client)
+	refuse.Store(3)
+	putBack(t, client, false, startupNoExecute, otherTaint)
+	eventually(t, "the startup taint removed after refusals", untainted(t, client, otherTaint))
+	if n := refuse.Load(); n >= 0 {
+		t.Errorf("%d refusals left: the removal was not retried", n+1)
 	}
 }

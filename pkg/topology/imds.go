@@ -30,25 +30,26 @@ func FromIMDS(ctx context.Context, endpoint string) (NodeIdentity, error) {
 }
 
 // Identity is the instance's identity: instance ID, zone and type from the identity document, and the volumes
-// the block device mappings list besides the root volume (every ebsN entry; the instance type's volume limit
-// already leaves the root volume's slot out). EC2 lists there the volumes attached when the instance started.
+// the block device mappings list that are not the driver's (ForeignVolumes; the instance type's volume limit
+// already leaves the root volume's slot out). EC2 lists there the volumes attached when the instance last
+// started, so the driver's own volumes of before a stop and start are among them, and do not count.
 func (m *Metadata) Identity(ctx context.Context) (NodeIdentity, error) {
 	doc, err := m.client.GetInstanceIdentityDocument(ctx, &imds.GetInstanceIdentityDocumentInput{})
 	if err != nil {
 		return NodeIdentity{}, fmt.Errorf("instance metadata: identity document: %w", err)
 	}
 	id := NodeIdentity{InstanceID: doc.InstanceID, Zone: doc.AvailabilityZone, InstanceType: doc.InstanceType}
-	names, err := m.ebsMappings(ctx)
+	devices, err := m.AttachedVolumes(ctx)
 	if err != nil {
 		return NodeIdentity{}, err
 	}
-	id.BootVolumes = len(names)
+	id.BootVolumes = ForeignVolumes(devices, nil)
 	return id, nil
 }
 
 // AttachedVolumes is the device names of the instance's EBS volumes besides its root volume, as the block
-// device mappings give them (e.g. "sdf" or "xvdba"). EC2 refreshes the list when the instance starts; fakecloud
-// keeps it current.
+// device mappings give them (e.g. "sdf" or "xvdba"): on EC2, and in fakecloud, the volumes attached when the
+// instance last started, whether still attached or not; volumes attached since are missing.
 func (m *Metadata) AttachedVolumes(ctx context.Context) ([]string, error) {
 	names, err := m.ebsMappings(ctx)
 	if err != nil {

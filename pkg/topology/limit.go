@@ -7,7 +7,7 @@ import (
 )
 
 // VolumeLimit is how many volumes the driver may attach to the node: its instance type's data volume limit (the
-// table fakecloud enforces and DescribeInstanceTypes reports) less the volumes it booted with. An unknown or
+// table fakecloud enforces and DescribeInstanceTypes reports) less the volumes not the driver's it started with. An unknown or
 // unnamed type counts as instancetypes.Default; known reports which happened.
 func (id NodeIdentity) VolumeLimit() (limit int64, known bool) {
 	typeLimit, known := TypeVolumeLimit(id.InstanceType)
@@ -31,27 +31,36 @@ func LimitLess(typeLimit int64, foreign int) int64 {
 }
 
 // ForeignVolumes counts the volumes attached to the instance that are not the driver's. attached is the device
-// names the instance's metadata lists; ours is the device names the driver's attached volumes were published
-// under, "" for one whose name is unknown. Names compare as EC2 treats them: with or without /dev/, and sdX
-// the same slot as xvdX. A volume of ours missing from attached (EC2 lists only the volumes of the instance's
-// start) takes nothing away; one of unknown name takes one of the names that are not ours.
+// names the instance's metadata lists: on EC2 the volumes attached when the instance last started, not updated
+// for volumes attached or detached since. ours is the device names the driver's attached volumes were published
+// under ("" for one whose name is unknown). A name is the driver's when one of ours has it, or when it is one of
+// the names the controller attaches under (DriverDevice): such an entry is a volume of the driver's, attached
+// now (its VolumeAttachment counts it) or detached since the start (stale), and in neither case does it take a
+// slot from the driver. Names compare as EC2 treats them: with or without /dev/, and sdX the same slot as xvdX.
 func ForeignVolumes(attached, ours []string) int {
 	mine := map[string]bool{}
-	unknown := 0
 	for _, d := range ours {
-		if k := deviceKey(d); k != "" {
-			mine[k] = true
-		} else {
-			unknown++
-		}
+		mine[deviceKey(d)] = true
 	}
 	foreign := 0
 	for _, d := range attached {
-		if k := deviceKey(d); k != "" && !mine[k] {
+		if k := deviceKey(d); k != "" && !mine[k] && !DriverDevice(k) {
 			foreign++
 		}
 	}
-	return max(foreign-unknown, 0)
+	return foreign
+}
+
+// DriverDevice reports whether name is one the controller attaches volumes under: /dev/xvdaa … /dev/xvddx, the
+// EBS CSI driver's series (pkg/cloud/ec2cloud hands them out). Nothing else in a cluster uses these names: the
+// root volume is /dev/xvda or /dev/sda1, node pools' extra volumes /dev/xvdb…, volumes attached by hand /dev/sdf….
+func DriverDevice(name string) bool {
+	k := deviceKey(name)
+	if len(k) != len("xvdaa") || !strings.HasPrefix(k, "xvd") {
+		return false
+	}
+	first, second := k[3], k[4]
+	return first >= 'a' && first <= 'd' && second >= 'a' && second <= 'z' && !(first == 'd' && second > 'x')
 }
 
 // deviceKey is a device name as EC2 identifies the slot: "/dev/sdf", "sdf" and "xvdf" are one.

@@ -24,13 +24,14 @@ func TestForeignVolumes(t *testing.T) {
 		want     int
 	}{
 		{"nothing attached", nil, nil, 0},
-		{"only ours", []string{"xvdba", "xvdbb"}, []string{"/dev/xvdba", "/dev/xvdbb"}, 0},
-		{"one foreign", []string{"xvdba", "xvdbb", "xvdf"}, []string{"/dev/xvdba", "/dev/xvdbb"}, 1},
+		{"only ours", []string{"sdf", "xvdg"}, []string{"/dev/sdf", "/dev/xvdg"}, 0},
+		{"one foreign", []string{"xvdf", "xvdg", "xvdh"}, []string{"/dev/xvdf", "/dev/xvdg"}, 1},
 		{"sd and xvd are one slot", []string{"sdf", "/dev/xvdg"}, []string{"/dev/xvdf"}, 1},
 		// EC2 lists the volumes of the instance's start: ours attached since are not there and take nothing.
 		{"ours missing from metadata", []string{"sdf"}, []string{"/dev/xvdba", "/dev/xvdbb"}, 1},
-		{"ours of unknown device", []string{"xvdba", "xvdf", "xvdg"}, []string{""}, 2},
-		{"more unknown than listed", []string{"xvdf"}, []string{"", ""}, 0},
+		// The controller's names are the driver's, attached now or detached since the start.
+		{"driver's names without attachments", []string{"xvdaa", "xvdba", "sdbc", "/dev/xvddx"}, nil, 0},
+		{"driver's names and foreign ones", []string{"xvdba", "xvdf", "xvdb", "xvda", "sda1", "xvddy", "xvdea"}, []string{""}, 6},
 		{"blank entries are no volume", []string{"", " "}, nil, 0},
 	}
 	for _, tc := range tests {
@@ -59,7 +60,7 @@ func TestLimitLess(t *testing.T) {
 }
 
 // TestAttachedVolumes reads the volumes attached to an instance from fakecloud's instance metadata service,
-// which lists every volume attached now, as it changes.
+// which lists the volumes attached when the instance last started, as EC2 does.
 func TestAttachedVolumes(t *testing.T) {
 	cloud := fakecloud.DefaultCloud()
 	cloud.Instances = []state.InstanceSpec{{ID: fakecloudtest.InstanceA, Zone: "us-east-1a", InstanceType: "c5.large"}}
@@ -89,6 +90,10 @@ func TestAttachedVolumes(t *testing.T) {
 		}
 		want = append(want, dev)
 	}
+	if got, err := md.AttachedVolumes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("AttachedVolumes before a start = %q, %v; want none", got, err)
+	}
+	e.RestartInstance(t, fakecloudtest.InstanceA)
 	got, err = md.AttachedVolumes(ctx)
 	if err != nil || len(got) != len(want) {
 		t.Fatalf("AttachedVolumes = %q, %v; want the devices of %q", got, err, want)
@@ -98,11 +103,11 @@ func TestAttachedVolumes(t *testing.T) {
 			t.Errorf("AttachedVolumes = %q: %s missing", got, w)
 		}
 	}
-	if n := ForeignVolumes(got, []string{"/dev/xvdba"}); n != 1 {
-		t.Errorf("ForeignVolumes(%q, ours /dev/xvdba) = %d, want 1", got, n)
+	if n := ForeignVolumes(got, nil); n != 1 {
+		t.Errorf("ForeignVolumes(%q) = %d, want 1: /dev/xvdba is one of the driver's names", got, n)
 	}
 	id, err := md.Identity(ctx)
-	if err != nil || id.BootVolumes != 2 {
-		t.Errorf("Identity = %+v, %v; want 2 volumes besides the root", id, err)
+	if err != nil || id.BootVolumes != 1 {
+		t.Errorf("Identity = %+v, %v; want 1 volume besides the root and the driver's", id, err)
 	}
 }

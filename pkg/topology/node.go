@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// NodeIdentity is who a node is to the cloud: its instance ID, zone and instance type, and how many volumes the
-// instance had when it booted (they take attachment slots the driver cannot use).
+// NodeIdentity is who a node is to the cloud: its instance ID, zone and instance type, and how many volumes not
+// the driver's the instance had when it last started (they take attachment slots the driver cannot use).
 type NodeIdentity struct {
 	InstanceID   string
 	Zone         string

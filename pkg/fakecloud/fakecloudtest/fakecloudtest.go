@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
@@ -151,6 +152,28 @@ func (e *Env) EC2(t testing.TB, optFns ...func(*ec2.Options)) *ec2.Client {
 		}),
 	}
 	return ec2.New(opts, optFns...)
+}
+
+// RestartInstance stops the instance and starts it again through the EC2 API, waiting until it runs: its volumes
+// stay attached, and its instance metadata lists them from now on, as EC2's lists the volumes of the last start.
+func (e *Env) RestartInstance(t testing.TB, instanceID string) {
+	t.Helper()
+	c := e.EC2(t)
+	ctx := context.Background()
+	if _, err := c.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{instanceID}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []types.InstanceStateName{types.InstanceStateNameStopped, types.InstanceStateNameRunning} {
+		WaitFor(t, 10*time.Second, "instance "+instanceID+" "+string(want), func(ctx context.Context) (bool, error) {
+			out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instanceID}})
+			return err == nil && out.Reservations[0].Instances[0].State.Name == want, err
+		})
+		if want == types.InstanceStateNameStopped {
+			if _, err := c.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{instanceID}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // WaitFor polls cond every few milliseconds until it holds or the timeout passes.

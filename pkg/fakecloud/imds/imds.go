@@ -5,11 +5,12 @@
 // of its own (the SDK's imds client replaces the request path with its own, so instances cannot share one
 // address under different path prefixes).
 //
-// meta-data/block-device-mapping/ lists ami, root and one ebsN per volume attached to the instance. EC2 refreshes
-// that list only when the instance starts, so volumes attached since are missing from it there; fakecloud keeps it
-// live instead: every attachment that holds one of the instance's slots (attaching, attached, detaching or busy)
-// is an ebsN, numbered from 1 in order of attachment, answering its device name without /dev/ ("xvdba"), as EC2
-// answers ebsN. A node plugin can count these entries to learn how many volumes the instance holds.
+// meta-data/block-device-mapping/ lists ami, root and one ebsN per volume attached to the instance as of its last
+// start, as EC2 does ("Amazon EBS volumes are only available in metadata if they were present at launch time or
+// when the instance was last started"): every attachment that held one of the instance's slots (attaching,
+// attached, detaching or busy) when it last went running is an ebsN, numbered from 1 in order of attachment,
+// answering its device name without /dev/ ("xvdba"). A volume attached since is missing until the next start; one
+// detached since is still listed until then.
 package imds
 
 import (
@@ -18,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,7 +200,7 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	}
 	if n, ok := strings.CutPrefix(path, "meta-data/block-device-mapping/ebs"); ok {
 		i, err := strconv.Atoi(n)
-		devices := ebsDevices(v)
+		devices := v.StartDevices
 		if err != nil || n != strconv.Itoa(i) || i < 1 || i > len(devices) {
 			return "", false
 		}
@@ -225,7 +225,7 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 		return h.src.Region(), true
 	case "meta-data/block-device-mapping", "meta-data/block-device-mapping/":
 		names := []string{"ami"}
-		for i := range ebsDevices(v) {
+		for i := range v.StartDevices {
 			names = append(names, "ebs"+strconv.Itoa(i+1))
 		}
 		return strings.Join(append(names, "root"), "\n"), true
@@ -238,20 +238,4 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 		return string(doc), err == nil
 	}
 	return "", false
-}
-
-// ebsDevices are the device names (without /dev/) of the volumes attached to the instance, in order of attachment.
-func ebsDevices(v state.InstanceView) []string {
-	atts := slices.Clone(v.Attachments)
-	slices.SortStableFunc(atts, func(a, b state.Attachment) int {
-		if c := a.AttachTime.Compare(b.AttachTime); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Device, b.Device)
-	})
-	out := make([]string, len(atts))
-	for i, a := range atts {
-		out[i] = strings.TrimPrefix(a.Device, "/dev/")
-	}
-	return out
 }

@@ -129,8 +129,9 @@ func TestProtocol(t *testing.T) {
 	}
 }
 
-// TestBlockDeviceMapping: block-device-mapping/ follows the instance's attachments live (EC2 refreshes it at each
-// start): ami, one ebsN per attached volume answering its device name without /dev/, and root.
+// TestBlockDeviceMapping: block-device-mapping/ is the instance's volumes as of its last start, as on EC2: ami,
+// one ebsN per volume attached then answering its device name without /dev/, and root. A volume attached while it
+// runs is not listed until it is stopped and started; one detached stays listed until the next start.
 func TestBlockDeviceMapping(t *testing.T) {
 	e := startCloud(t)
 	ctx := context.Background()
@@ -171,36 +172,46 @@ func TestBlockDeviceMapping(t *testing.T) {
 		}
 		waitVolume(id, types.VolumeStateInUse)
 	}
+	check := func(when string, want map[string]string) {
+		t.Helper()
+		for path, body := range want {
+			status := http.StatusOK
+			if body == "" {
+				status = http.StatusNotFound
+			}
+			if got, gotStatus := get(meta, path); got != body || gotStatus != status {
+				t.Errorf("%s: %s = %d %q, want %d %q", when, path, gotStatus, got, status, body)
+			}
+		}
+	}
 	first, second := volume(), volume()
 	attach(first, "/dev/xvdba")
 	attach(second, "/dev/sdf")
-	for _, tc := range []struct {
-		client     *imds.Client
-		path, want string
-		status     int
-	}{
-		{meta, "block-device-mapping/", "ami\nebs1\nebs2\nroot", http.StatusOK},
-		{meta, "block-device-mapping/ebs1", "xvdba", http.StatusOK},
-		{meta, "block-device-mapping/ebs2", "sdf", http.StatusOK},
-		{meta, "block-device-mapping/root", "/dev/xvda", http.StatusOK},
-		{meta, "block-device-mapping/ebs3", "", http.StatusNotFound},
-		{meta, "block-device-mapping/ebs0", "", http.StatusNotFound},
-		{meta, "block-device-mapping/ebs01", "", http.StatusNotFound},
-		{meta, "block-device-mapping/ebs", "", http.StatusNotFound},
-		{other, "block-device-mapping/", "ami\nroot", http.StatusOK},
-	} {
-		if got, status := get(tc.client, tc.path); got != tc.want || status != tc.status {
-			t.Errorf("%s = %d %q, want %d %q", tc.path, status, got, tc.status, tc.want)
-		}
+	check("attached while running", map[string]string{"block-device-mapping/": "ami\nroot", "block-device-mapping/ebs1": ""})
+
+	e.RestartInstance(t, fakecloudtest.InstanceA)
+	check("after a start", map[string]string{
+		"block-device-mapping/":      "ami\nebs1\nebs2\nroot",
+		"block-device-mapping/ebs1":  "xvdba",
+		"block-device-mapping/ebs2":  "sdf",
+		"block-device-mapping/root":  "/dev/xvda",
+		"block-device-mapping/ami":   "/dev/xvda",
+		"block-device-mapping/ebs3":  "",
+		"block-device-mapping/ebs0":  "",
+		"block-device-mapping/ebs01": "",
+		"block-device-mapping/ebs":   "",
+	})
+	if got, _ := get(other, "block-device-mapping/"); got != "ami\nroot" {
+		t.Errorf("another instance's block-device-mapping/ = %q, want ami and root only", got)
 	}
+
 	if _, err := c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: &first}); err != nil {
 		t.Fatal(err)
 	}
 	waitVolume(first, types.VolumeStateAvailable)
-	if got, _ := get(meta, "block-device-mapping/"); got != "ami\nebs1\nroot" {
-		t.Errorf("after a detach: %q", got)
-	}
-	if got, _ := get(meta, "block-device-mapping/ebs1"); got != "sdf" {
-		t.Errorf("after a detach ebs1 = %q, want sdf", got)
-	}
+	check("detached while running", map[string]string{"block-device-mapping/": "ami\nebs1\nebs2\nroot", "block-device-mapping/ebs1": "xvdba"})
+
+	e.RestartInstance(t, fakecloudtest.InstanceA)
+	check("after the next start", map[string]string{"block-device-mapping/": "ami\nebs1\nroot", "block-device-mapping/ebs1": "sdf",
+		"block-device-mapping/ebs2": ""})
 }

@@ -43,6 +43,7 @@ func (s *State) putInstance(spec InstanceSpec) *Instance {
 		info, _ := instancetypes.Lookup(in.InstanceType)
 		in.AttachmentLimit = info.VolumeLimit()
 	}
+	s.recordStartDevices(in)
 	s.instances[in.ID] = in
 	s.instanceIDs.insert(in.ID)
 	s.markDirty(kindInstance, in.ID)
@@ -71,6 +72,7 @@ func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
 		if exists && attachable(old) == nil {
 			in.LaunchTime, in.Tags = old.LaunchTime, old.Tags
 			in.State, in.DueAt, in.StateReason, in.TransitionReason = old.State, old.DueAt, old.StateReason, old.TransitionReason
+			in.StartDevices = old.StartDevices
 		}
 		out = *in
 		klog.InfoS("Instance registered", "instanceID", spec.ID, "zone", spec.Zone, "attachmentLimit", out.AttachmentLimit, "state", out.State)
@@ -94,6 +96,23 @@ func (s *State) RemoveInstance(id string) error {
 		klog.InfoS("Instance removed", "instanceID", id)
 		return nil
 	})
+}
+
+// recordStartDevices keeps the instance's block device mapping as the instance goes running (launched, or
+// started again): every volume holding one of its slots then, in order of attachment. EC2's instance metadata
+// lists these until the next start, whatever is attached or detached meanwhile.
+func (s *State) recordStartDevices(in *Instance) {
+	atts := s.attachmentsOf(in.ID)
+	slices.SortStableFunc(atts, func(a, b Attachment) int {
+		if c := a.AttachTime.Compare(b.AttachTime); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Device, b.Device)
+	})
+	in.StartDevices = nil
+	for _, a := range atts {
+		in.StartDevices = append(in.StartDevices, strings.TrimPrefix(a.Device, "/dev/"))
+	}
 }
 
 var instanceFields = fields[InstanceView]{
@@ -142,6 +161,7 @@ func (s *State) DescribeInstances(in DescribeInput) ([]InstanceView, string, err
 		viewOf := func(id string) *InstanceView {
 			inst := *s.instances[id]
 			inst.Tags = slices.Clone(inst.Tags)
+			inst.StartDevices = slices.Clone(inst.StartDevices)
 			return &InstanceView{Instance: inst, Attachments: byInstance[id]}
 		}
 		var ids []string

@@ -186,6 +186,7 @@ func (s *State) advanceInstance(now time.Time, id string) bool {
 	}
 	switch in.State {
 	case InstancePending:
+		s.recordStartDevices(in)
 		s.settleInstance(in, InstanceRunning, time.Time{})
 	case InstanceStopping:
 		s.settleInstance(in, InstanceStopped, time.Time{})

@@ -183,6 +183,9 @@ type Instance struct {
 	// stateTransitionReason.
 	StateReason      string `json:"stateReason,omitempty"`
 	TransitionReason string `json:"transitionReason,omitempty"`
+	// StartDevices are the device names (without /dev/) of the volumes attached when the instance last went
+	// running, in order of attachment: the instance metadata's block device mapping, which EC2 refreshes only then.
+	StartDevices []string `json:"startDevices,omitempty"`
 }
 
 // Zone is an availability zone of the region.

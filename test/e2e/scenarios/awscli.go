@@ -86,6 +86,35 @@ func (c *awsCLI) attachVolume(t testing.TB, volumeID, instanceID, device string)
 	}
 }
 
+// restartInstance stops the instance and starts it again, waiting for each, as an operator does with the AWS
+// CLI; volumes stay attached through it. Instance metadata lists the volumes attached as of the start.
+func (c *awsCLI) restartInstance(t testing.TB, instanceID string) {
+	t.Helper()
+	t.Cleanup(func() {
+		// A test that failed half-way leaves no node's instance stopped.
+		if _, err := c.run(context.Background(), "ec2", "start-instances", "--instance-ids", instanceID); err != nil {
+			t.Logf("start instance %s: %v", instanceID, err)
+		}
+	})
+	for _, step := range []struct{ action, state string }{{"stop-instances", "stopped"}, {"start-instances", "running"}} {
+		if _, err := c.run(t.Context(), "ec2", step.action, "--instance-ids", instanceID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "instance "+instanceID+" "+step.state, func(ctx context.Context) (bool, string, error) {
+			out, err := c.run(ctx, "ec2", "describe-instances", "--instance-ids", instanceID,
+				"--query", "Reservations[0].Instances[0].State.Name")
+			if err != nil {
+				return false, "", err
+			}
+			var state string
+			if err := json.Unmarshal(out, &state); err != nil {
+				return false, "", err
+			}
+			return state == step.state, state, nil
+		})
+	}
+}
+
 // releaseVolumes detaches and deletes the volumes, waiting for each step, and logs what it could not do.
 func (c *awsCLI) releaseVolumes(t testing.TB, ids []string) {
 	ctx := context.Background()
