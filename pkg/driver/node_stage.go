@@ -205,8 +205,9 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if _, err := n.unmountVolume(volumeID, staging); err != nil {
 		return nil, rpcError(err)
 	}
-	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more.
-	if err := n.state.forgetStagedDevice(volumeID); err != nil {
+	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more. So is
+	// the record of an unfinished mkfs: whatever the device holds from now on may be data (see node_state.go).
+	if err := errors.Join(n.state.forgetStagedDevice(volumeID), n.state.finishFormat(volumeID)); err != nil {
 		return nil, rpcError(err)
 	}
 	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)

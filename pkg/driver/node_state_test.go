@@ -7,6 +7,11 @@ import (
 	"testing"
 )
 
+// record is a format record of this boot for a device.
+func record(device string) formatRecord {
+	return formatRecord{device: device, boot: "boot-1", fingerprint: "0123456789abcdef0123456789abcdef"}
+}
+
 // TestNodeStateRecords: records read back as written, in memory and from disk after a restart; the format
 // records of several volumes take slots of their own and free them; a device record of another boot, or one
 // cut short, is none; names other than volume IDs are refused.
@@ -19,24 +24,24 @@ func TestNodeStateRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		must(t, s.startFormat(vol, "/dev/loop3"))
-		must(t, s.startFormat(vol2, "/dev/loop4"))
-		must(t, s.startFormat(vol, "/dev/loop5"))
+		must(t, s.startFormat(vol, record("/dev/loop3")))
+		must(t, s.startFormat(vol2, record("/dev/loop4")))
+		must(t, s.startFormat(vol, record("/dev/loop5")))
 		must(t, s.finishFormat(vol2))
 		if dir != "" {
 			if s, err = newNodeState(dir); err != nil { // the plugin restarts
 				t.Fatal(err)
 			}
 		}
-		for v, want := range map[string]string{vol: "/dev/loop5", vol2: ""} {
-			if dev, err := s.unfinishedFormat(v); err != nil || dev != want {
-				t.Errorf("%q: unfinished format of %s = %q, %v; want %q", dir, v, dev, err, want)
+		for v, want := range map[string]formatRecord{vol: record("/dev/loop5"), vol2: {}} {
+			if rec, ok, err := s.unfinishedFormat(v); err != nil || rec != want || ok != (want != formatRecord{}) {
+				t.Errorf("%q: unfinished format of %s = %+v, %v, %v; want %+v", dir, v, rec, ok, err, want)
 			}
 		}
 		must(t, s.finishFormat(vol))
 		must(t, s.finishFormat(vol))
-		if dev, err := s.unfinishedFormat(vol); err != nil || dev != "" {
-			t.Errorf("%q: unfinished format after finishing = %q, %v", dir, dev, err)
+		if rec, ok, err := s.unfinishedFormat(vol); err != nil || ok {
+			t.Errorf("%q: unfinished format after finishing = %+v, %v", dir, rec, err)
 		}
 		must(t, s.recordStagedDevice(vol, "boot-1", stagedDevice{path: "/dev/xvdba", rdev: 202<<8 | 26}))
 		if d, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || !ok || d.path != "/dev/xvdba" || d.rdev != 202<<8|26 {
@@ -49,7 +54,7 @@ func TestNodeStateRecords(t *testing.T) {
 		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
 			t.Errorf("%q: staged device after forgetting = %v, %v; want none", dir, ok, err)
 		}
-		if err := s.startFormat("../../etc/passwd", "/dev/loop3"); !errors.Is(err, errInvalidParameter) {
+		if err := s.startFormat("../../etc/passwd", record("/dev/loop3")); !errors.Is(err, errInvalidParameter) {
 			t.Errorf("%q: a record named by a path: %v", dir, err)
 		}
 	}
