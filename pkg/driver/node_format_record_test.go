@@ -1,14 +1,23 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"k8s.io/mount-utils"
+	"k8s.io/utils/exec"
+
+	"github.com/diskforge/diskforge/pkg/kernelmount"
 )
 
 // recordedFormats counts the slots in use in the state directory's formatting records.
@@ -210,5 +219,145 @@ func TestNodeUnstageForgetsUnfinishedMkfs(t *testing.T) {
 	wantCode(t, r.stage(r.start(), vol, FSExt4, nil), codes.FailedPrecondition, "stage after unstage")
 	if got := len(m.ranMkfs()); got != 1 {
 		t.Errorf("mkfs ran %d times, want 1 (the killed one)", got)
+	}
+}
+
+// killingExec runs commands as exec does, but each mkfs is killed (SIGKILL) as soon as its device holds what
+// halfway says, as a node crash or an OOM kill would; killed reports whether it was, or mkfs ended first.
+type killingExec struct {
+	exec.Interface
+	halfway func(head []byte) bool
+	killed  bool
+}
+
+func (k *killingExec) Command(name string, args ...string) exec.Cmd {
+	cmd := k.Interface.Command(name, args...)
+	if !strings.HasPrefix(name, "mkfs.") {
+		return cmd
+	}
+	return &killedCmd{Cmd: cmd, k: k, name: name, args: args}
+}
+
+type killedCmd struct {
+	exec.Cmd
+	k    *killingExec
+	name string
+	args []string
+}
+
+func (c *killedCmd) CombinedOutput() ([]byte, error) {
+	dev := c.args[len(c.args)-1]
+	var out bytes.Buffer
+	cmd := osexec.Command(c.name, c.args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	head := make([]byte, 8192)
+	for {
+		select {
+		case err := <-done:
+			return out.Bytes(), err
+		default:
+		}
+		f, err := os.Open(dev)
+		if err == nil {
+			_, err = io.ReadFull(f, head)
+			f.Close()
+		}
+		if err == nil && c.k.halfway(head) {
+			if cmd.Process.Kill() == nil {
+				c.k.killed = true
+			}
+			return out.Bytes(), errors.Join(errors.New("killed half-way"), <-done)
+		}
+	}
+}
+
+// TestNodeRealMkfsKilledHalfway: on loop devices, mkfs.xfs killed once its superblock (marked in progress) is
+// written, and mke2fs killed after it wrote its first blocks but no superblock, leave what the next stage of
+// the restarted plugin formats again; but when the device holds a complete filesystem by then (formatted and
+// filled meanwhile elsewhere, the record still naming this device), nothing is formatted and the data is
+// there once staged.
+func TestNodeRealMkfsKilledHalfway(t *testing.T) {
+	t.Parallel()
+	xfsHalfway := func(head []byte) bool { return string(head[:4]) == xfsMagic && head[xfsInProgressOffset] != 0 }
+	// mke2fs writes the primary superblock (magic 0xEF53 at 1080) last; blocks after it come first.
+	ext4Halfway := func(head []byte) bool {
+		return !bytes.Equal(head[4096:], make([]byte, 4096)) && !(head[1080] == 0x53 && head[1081] == 0xef)
+	}
+	tests := []struct {
+		name      string
+		fsType    string
+		size      int64
+		halfway   func([]byte) bool
+		filledBy  string // a filesystem made meanwhile, with a file on it; "" for none
+		wantFound string // what blkid finds after the kill
+	}{
+		{"mkfs.xfs killed, formatted again", FSXFS, 4 << 30, xfsHalfway, "", FSXFS},
+		{"mkfs.ext4 killed, formatted again", FSExt4, 1 << 30, ext4Halfway, "", ""},
+		{"mkfs.xfs killed, an ext4 with data made meanwhile", FSExt4, 4 << 30, xfsHalfway, FSExt4, FSXFS},
+		{"mkfs.ext4 killed, an ext4 with data made meanwhile", FSExt4, 1 << 30, ext4Halfway, FSExt4, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			killer := &killingExec{Interface: exec.New(), halfway: tc.halfway}
+			mounter := mount.NewSafeFormatAndMount(kernelmount.New(mount.NewWithoutSystemd("")), killer)
+			stateDir := t.TempDir()
+			e := newNodeEnv(t, NodeOptions{StateDir: stateDir, Mounter: mounter})
+			killFS := tc.fsType
+			if tc.filledBy != "" {
+				killFS = map[bool]string{true: FSXFS, false: FSExt4}[tc.wantFound == FSXFS]
+			}
+			var id, dev string
+			staging := e.path("staging")
+			// mkfs may end before its device holds the half-way state: try again on a fresh volume.
+			for try := 0; !killer.killed; try++ {
+				if try == 5 {
+					t.Fatalf("mkfs.%s always finished before it could be killed half-way", killFS)
+				}
+				id, dev = e.volume(tc.size, nil)
+				if err := e.stage(id, staging, mountCap(killFS, rwo), nil); err == nil {
+					e.mustUnstage(id, staging)
+				} else if !killer.killed {
+					t.Fatalf("stage failed without a killed mkfs: %v", err)
+				}
+			}
+			if found := strings.TrimSpace(run(t, "sh", "-c", "blkid -p -s TYPE -o value "+dev+" || true")); found != tc.wantFound {
+				t.Fatalf("blkid finds %q on the device of the killed mkfs, want %q", found, tc.wantFound)
+			}
+			if inProgress, err := machine.xfsInProgress(dev); err != nil || inProgress != (tc.wantFound == FSXFS) {
+				t.Fatalf("xfs superblock in progress: %v, %v", inProgress, err)
+			}
+			if tc.filledBy != "" {
+				run(t, "mkfs."+tc.filledBy, "-q", "-F", dev)
+				elsewhere := e.path("elsewhere")
+				must(t, os.Mkdir(elsewhere, 0o755))
+				run(t, "mount", dev, elsewhere)
+				writeFile(t, filepath.Join(elsewhere, "data"), "kept")
+				run(t, "umount", elsewhere)
+			}
+			// The plugin restarts, in the same boot, and kubelet retries the stage.
+			killer.halfway = func([]byte) bool { return false }
+			n, err := NewNodeServer(NodeOptions{InstanceID: "i-0test", Zone: "zone-a", StateDir: stateDir, Mounter: mounter,
+				DeviceWait: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.node = n
+			e.mustStage(id, staging, mountCap(tc.fsType, rwo), nil)
+			if tc.filledBy != "" {
+				if got := readFile(t, filepath.Join(staging, "data")); got != "kept" {
+					t.Errorf("the file made meanwhile holds %q", got)
+				}
+			}
+			e.mustUnstage(id, staging)
+			if got := recordedFormats(t, stateDir); got != 0 {
+				t.Errorf("%d records of unfinished mkfs after the stage, want none", got)
+			}
+		})
 	}
 }
