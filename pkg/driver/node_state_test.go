@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +71,41 @@ func TestNodeStateRecords(t *testing.T) {
 		must(t, os.WriteFile(file, []byte(content), 0o600))
 		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
 			t.Errorf("%s device record: %v, %v; want none", name, ok, err)
+		}
+	}
+}
+
+// TestFormatSlots: a slot reads back as written; one of the previous format ("<volume> <device>") reads as a
+// record without boot and fingerprint, which matches no device; malformed slots and fields that would not
+// read back are refused.
+func TestFormatSlots(t *testing.T) {
+	t.Parallel()
+	const vol = "vol-0123456789abcdef0"
+	slot, err := formatSlotText(vol, record("/dev/loop3"))
+	must(t, err)
+	if v, rec, ok := parseFormatSlot(slot); !ok || v != vol || rec != record("/dev/loop3") || !rec.matches(record("/dev/loop3")) {
+		t.Errorf("slot read back as %q, %+v, %v", v, rec, ok)
+	}
+	old := make([]byte, slotSize)
+	copy(old, vol+" /dev/loop3\n")
+	v, rec, ok := parseFormatSlot(old)
+	if !ok || v != vol || rec != (formatRecord{device: "/dev/loop3"}) {
+		t.Errorf("previous format read as %q, %+v, %v", v, rec, ok)
+	}
+	if rec.matches(rec) || rec.matches(record("/dev/loop3")) {
+		t.Error("a record of the previous format matches a device")
+	}
+	for _, garbled := range []string{"2 " + vol + " /dev/loop3 boot-1\n", "../etc /dev/loop3\n", "2 " + vol + " /dev/loop3 b f", "\x01\x02"} {
+		bad := make([]byte, slotSize)
+		copy(bad, garbled)
+		if _, _, ok := parseFormatSlot(bad); ok {
+			t.Errorf("malformed slot %q read as a record", garbled)
+		}
+	}
+	for _, rec := range []formatRecord{{device: "/dev/a b", boot: "b", fingerprint: "f"}, {device: "/dev/a", fingerprint: "f"},
+		{device: "/dev/" + strings.Repeat("x", slotSize), boot: "b", fingerprint: "f"}} {
+		if _, err := formatSlotText(vol, rec); err == nil {
+			t.Errorf("record %+v written", rec)
 		}
 	}
 }
