@@ -63,6 +63,26 @@ func (r *restartingNode) stage(n *NodeServer, vol, fsType string, publishContext
 	return err
 }
 
+func (r *restartingNode) unstage(vol string) {
+	r.t.Helper()
+	if _, err := r.start().NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: vol,
+		StagingTargetPath: filepath.Join(r.dir, "staging")}); err != nil {
+		r.t.Fatalf("unstage: %v", err)
+	}
+	if got := recordedFormats(r.t, r.stateDir); got != 0 {
+		r.t.Errorf("%d records of unfinished mkfs after unstage, want none", got)
+	}
+}
+
+// previousFormat rewrites the records as the previous version wrote them: "<volume> <device>", no boot nor
+// device fingerprint.
+func (r *restartingNode) previousFormat(vol string, d *fakeDevice) {
+	r.t.Helper()
+	slots := make([]byte, formatSlots*slotSize)
+	copy(slots[3*slotSize:], vol+" "+d.node+"\n")
+	must(r.t, os.WriteFile(filepath.Join(r.stateDir, formatFile), slots, 0o600))
+}
+
 // killMkfs makes the machine's next mkfs fail as a killed one does, after leaving on the device what leave
 // does (nil: nothing written yet).
 func killMkfs(m *fakeMachine, d *fakeDevice, leave func(d *fakeDevice)) {
@@ -81,12 +101,18 @@ func killMkfs(m *fakeMachine, d *fakeDevice, leave func(d *fakeDevice)) {
 // back on A as the only data volume, /dev/nvme1n1 or a reused loop number), with or without diskseq, is not
 // formatted and keeps its data; a record of another boot, of a device that was bound anew or changed size
 // under the same path, or of the previous record format, is void: the device is probed like any other, and
-// data blkid does not recognise is refused. The record is gone afterwards in every case.
+// data blkid does not recognise is refused; so is the device after an unstage, which removes the record. The
+// record is gone afterwards in every case.
 func TestNodeUnfinishedMkfsOnlyOnItsDevice(t *testing.T) {
 	t.Parallel()
 	const vol = "vol-00000000000000a11"
 	const dataMark = 8192 // where the fake device's data starts: it survives when nothing formats it
 	leaveData := func(m *fakeMachine) func(*fakeDevice) { return func(d *fakeDevice) { m.write(d, "", 4096) } }
+	// filledElsewhere: the volume was detached, formatted and filled on another node, and is attached again.
+	filledElsewhere := func(r *restartingNode, d *fakeDevice) {
+		r.m.rebind(d)
+		r.m.write(d, FSExt4, dataMark)
+	}
 	tests := []struct {
 		name   string
 		fsType string
@@ -95,39 +121,38 @@ func TestNodeUnfinishedMkfsOnlyOnItsDevice(t *testing.T) {
 		publish map[string]string
 		// leave is what the killed mkfs leaves (nil: nothing); between runs after it, before the next stage.
 		leave   func(m *fakeMachine) func(*fakeDevice)
-		between func(m *fakeMachine, d *fakeDevice)
+		between func(r *restartingNode, d *fakeDevice)
 		want    codes.Code
 		mkfs    int // runs in all, the killed one included
 		data    bool
 	}{
 		{name: "formatted and filled elsewhere, back as the same loop device", fsType: FSExt4,
-			device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
-			between: func(m *fakeMachine, d *fakeDevice) {
-				m.rebind(d)
-				m.write(d, FSExt4, dataMark)
-			}, want: codes.OK, mkfs: 1, data: true},
+			device:  func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
+			between: filledElsewhere, want: codes.OK, mkfs: 1, data: true},
 		{name: "formatted and filled elsewhere, back as the same NVMe device", fsType: FSExt4,
-			device: func(m *fakeMachine) *fakeDevice { return m.nvmeVolume(vol, 1, gib) },
-			between: func(m *fakeMachine, d *fakeDevice) {
-				m.rebind(d)
-				m.write(d, FSExt4, dataMark)
-			}, want: codes.OK, mkfs: 1, data: true},
+			device:  func(m *fakeMachine) *fakeDevice { return m.nvmeVolume(vol, 1, gib) },
+			between: filledElsewhere, want: codes.OK, mkfs: 1, data: true},
 		{name: "formatted and filled elsewhere, back as the same NVMe device, no diskseq", fsType: FSXFS,
 			device: func(m *fakeMachine) *fakeDevice {
 				d := m.nvmeVolume(vol, 1, gib)
 				m.noDiskseq(d)
 				return d
 			},
-			between: func(m *fakeMachine, d *fakeDevice) { m.write(d, FSXFS, dataMark) }, want: codes.OK, mkfs: 1, data: true},
+			between: func(r *restartingNode, d *fakeDevice) { r.m.write(d, FSXFS, dataMark) }, want: codes.OK, mkfs: 1, data: true},
 		{name: "another boot", fsType: FSExt4, device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
-			leave: leaveData, between: func(m *fakeMachine, _ *fakeDevice) { m.boot = "boot-2" }, want: codes.FailedPrecondition, mkfs: 1},
+			leave: leaveData, between: func(r *restartingNode, _ *fakeDevice) { r.m.boot = "boot-2" }, want: codes.FailedPrecondition, mkfs: 1},
 		{name: "the loop device bound anew under the same name", fsType: FSExt4,
 			device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
-			leave:  leaveData, between: func(m *fakeMachine, d *fakeDevice) { m.rebind(d) }, want: codes.FailedPrecondition, mkfs: 1},
+			leave:  leaveData, between: func(r *restartingNode, d *fakeDevice) { r.m.rebind(d) }, want: codes.FailedPrecondition, mkfs: 1},
 		{name: "a Xen device of another size under the same name", fsType: FSExt4,
 			device:  func(m *fakeMachine) *fakeDevice { return m.xenDevice("ba", gib) },
 			publish: publishedAs("/dev/xvdba", gib),
-			leave:   leaveData, between: func(m *fakeMachine, d *fakeDevice) { m.resize(d, 2*gib) }, want: codes.FailedPrecondition, mkfs: 1},
+			leave:   leaveData, between: func(r *restartingNode, d *fakeDevice) { r.m.resize(d, 2*gib) }, want: codes.FailedPrecondition, mkfs: 1},
+		{name: "the record written by the previous version", fsType: FSExt4,
+			device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
+			leave:  leaveData, between: func(r *restartingNode, d *fakeDevice) { r.previousFormat(vol, d) }, want: codes.FailedPrecondition, mkfs: 1},
+		{name: "unstaged since", fsType: FSExt4, device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
+			leave: leaveData, between: func(r *restartingNode, _ *fakeDevice) { r.unstage(vol) }, want: codes.FailedPrecondition, mkfs: 1},
 		{name: "mkfs.xfs finished, the plugin killed before removing the record", fsType: FSXFS,
 			device: func(m *fakeMachine) *fakeDevice { return m.loopVolume(vol, 1, gib) },
 			leave: func(m *fakeMachine) func(*fakeDevice) {
@@ -161,7 +186,7 @@ func TestNodeUnfinishedMkfsOnlyOnItsDevice(t *testing.T) {
 				t.Fatalf("%d records of unfinished mkfs after the killed one, want 1", got)
 			}
 			if tc.between != nil {
-				tc.between(m, d)
+				tc.between(r, d)
 			}
 			wantCode(t, r.stage(r.start(), vol, tc.fsType, tc.publish), tc.want, "stage after the killed mkfs")
 			if got := len(m.ranMkfs()); got != tc.mkfs {
@@ -174,51 +199,6 @@ func TestNodeUnfinishedMkfsOnlyOnItsDevice(t *testing.T) {
 				t.Errorf("%d records of unfinished mkfs after the stage, want none", got)
 			}
 		})
-	}
-}
-
-// TestNodePreviousFormatRecordIsVoid: a record written by an earlier version ("<volume> <device>", no boot
-// nor device fingerprint) is read without harm and void: the device it names is probed like any other.
-func TestNodePreviousFormatRecordIsVoid(t *testing.T) {
-	t.Parallel()
-	const vol = "vol-00000000000000a12"
-	m := newFakeMachine(t)
-	d := m.loopVolume(vol, 1, gib)
-	m.write(d, "", 4096)
-	r := newRestartingNode(t, m)
-	slots := make([]byte, formatSlots*slotSize)
-	copy(slots[3*slotSize:], vol+" "+d.node+"\n")
-	must(t, os.WriteFile(filepath.Join(r.stateDir, formatFile), slots, 0o600))
-	wantCode(t, r.stage(r.start(), vol, FSExt4, nil), codes.FailedPrecondition, "stage with a record of the previous format")
-	if got := m.ranMkfs(); len(got) != 0 {
-		t.Errorf("mkfs ran on %v", got)
-	}
-	if got := recordedFormats(t, r.stateDir); got != 0 {
-		t.Errorf("%d records of unfinished mkfs after the stage, want none", got)
-	}
-}
-
-// TestNodeUnstageForgetsUnfinishedMkfs: unstage removes the record of the volume's unfinished mkfs, so that
-// what the device holds afterwards is never formatted on the record's word.
-func TestNodeUnstageForgetsUnfinishedMkfs(t *testing.T) {
-	t.Parallel()
-	const vol = "vol-00000000000000a13"
-	m := newFakeMachine(t)
-	d := m.loopVolume(vol, 1, gib)
-	killMkfs(m, d, func(d *fakeDevice) { m.write(d, "", 4096) })
-	r := newRestartingNode(t, m)
-	n := r.start()
-	wantCode(t, r.stage(n, vol, FSExt4, nil), codes.Internal, "stage whose mkfs is killed")
-	if _, err := n.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: vol,
-		StagingTargetPath: filepath.Join(r.dir, "staging")}); err != nil {
-		t.Fatalf("unstage: %v", err)
-	}
-	if got := recordedFormats(t, r.stateDir); got != 0 {
-		t.Errorf("%d records of unfinished mkfs after unstage, want none", got)
-	}
-	wantCode(t, r.stage(r.start(), vol, FSExt4, nil), codes.FailedPrecondition, "stage after unstage")
-	if got := len(m.ranMkfs()); got != 1 {
-		t.Errorf("mkfs ran %d times, want 1 (the killed one)", got)
 	}
 }
 
@@ -271,7 +251,8 @@ func (c *killedCmd) CombinedOutput() ([]byte, error) {
 			if cmd.Process.Kill() == nil {
 				c.k.killed = true
 			}
-			return out.Bytes(), errors.Join(errors.New("killed half-way"), <-done)
+			err := errors.Join(errors.New("killed half-way"), <-done)
+			return out.Bytes(), err
 		}
 	}
 }
