@@ -66,7 +66,7 @@ func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
 	if probed.NonZero >= 0 {
 		also := ""
 		if recorded {
-			also = fmt.Sprintf(" (%s, void: it was made on %s, in another boot or on another device of that name)", n.state.recordName(volumeID), rec.device)
+			also = fmt.Sprintf(" (%s, void: it was made on %s, in another boot, on another device or by an earlier version)", n.state.recordName(volumeID), rec.device)
 		}
 		return "", fmt.Errorf("%w: %s (volume %s) holds data (its first non-zero byte where blkid looks is at offset %d) but no filesystem or partition table blkid recognises%s; it is neither formatted nor mounted",
 			errDeviceHasData, dev, volumeID, probed.NonZero, also)
