@@ -13,6 +13,11 @@ import (
 
 // codeFor is the one place where errors become gRPC codes. Errors that already carry a status keep it.
 func codeFor(err error) codes.Code {
+	// Whatever failed, the stage left the volume mounted: kubelet (isFinalError) must not take the answer as
+	// final, which it would as "not mounted", never unstaging. Aborted is one it takes as uncertain.
+	if errors.Is(err, errLeftMounted) {
+		return codes.Aborted
+	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code()
 	}
@@ -66,14 +71,18 @@ func rpcError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
+	code := codeFor(err)
+	if s, ok := status.FromError(err); ok && s.Code() == code {
 		return err
 	}
-	return status.Error(codeFor(err), err.Error())
+	return status.Error(code, err.Error())
 }
 
 // errInvalidParameter marks errors in request parameters found by the driver itself.
 var errInvalidParameter = errors.New("invalid parameter")
+
+// errLeftMounted marks a stage that failed with the volume mounted on the staging path.
+var errLeftMounted = errors.New("the volume stays mounted on the staging path")
 
 // errOnlineResizeRefused means the kernel refused to grow a mounted filesystem; the volume can grow offline.
 var errOnlineResizeRefused = errors.New("the kernel refused to grow the mounted filesystem")

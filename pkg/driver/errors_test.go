@@ -52,6 +52,8 @@ func TestCodeFor(t *testing.T) {
 		{"path in use", fmt.Errorf("publish: %w", errPathInUse), codes.AlreadyExists},
 		{"not at path", fmt.Errorf("stats: %w", errVolumeNotAtPath), codes.NotFound},
 		{"device missing", fmt.Errorf("stage: %w", errDeviceNotFound), codes.Internal},
+		{"left mounted, whatever failed", fmt.Errorf("%w: grow: %w", errLeftMounted, errOnlineResizeRefused), codes.Aborted},
+		{"left mounted, a status inside", fmt.Errorf("%w: %w", errLeftMounted, status.Error(codes.Internal, "x")), codes.Aborted},
 		{"anything else", errors.New("boom"), codes.Internal},
 	}
 	for _, tc := range cases {

@@ -1,8 +1,14 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,8 +18,9 @@ import (
 
 // The node formats a device only when it holds nothing: no filesystem or partition table (blkid -p finds
 // none) and zeros wherever blkid looks. Data without a signature blkid knows (a raw block volume's, a snapshot
-// of one) is never formatted; the one exception is the node's own mkfs that did not finish, which nodeState
-// records (see node_state.go).
+// of one) is never formatted; the one exception is the node's own mkfs that did not finish on this very device
+// in this boot, which nodeState records (see node_state.go), and only over what an interrupted mkfs leaves. A
+// device holding a complete filesystem is never formatted.
 
 // existingFormat says what dev holds for a stage of the volume: the filesystem or partition table type blkid
 // finds, "" for a device to format, errDeviceHasData for data without a signature. A fresh volume, the common
@@ -21,14 +28,24 @@ import (
 // costing as much as the mkfs, when the installed blkid is one blkprobe was measured on; anything else is
 // probed by blkid as before.
 func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
-	unfinished, err := n.state.unfinishedFormat(volumeID)
+	rec, recorded, err := n.state.unfinishedFormat(volumeID)
 	if err != nil {
 		return "", err
 	}
-	if unfinished == dev {
-		klog.InfoS("Formatting again: the last mkfs of the volume on this device did not finish", "volume", volumeID, "device", dev,
-			"record", n.state.formatRecord(volumeID))
-		return "", nil
+	if recorded {
+		now, err := n.formatTarget(dev)
+		if err != nil {
+			return "", err
+		}
+		if rec.matches(now) {
+			return n.redoFormat(volumeID, dev)
+		}
+		// Made on another device, in another boot, or by a previous version: it can never match again.
+		klog.InfoS("Removing a void record of an unfinished mkfs: the device is probed like any other", "volume", volumeID,
+			"device", dev, "recordedDevice", rec.device, "sameBoot", rec.boot == now.boot, "sameFingerprint", rec.fingerprint == now.fingerprint)
+		if err := n.state.finishFormat(volumeID); err != nil {
+			return "", err
+		}
 	}
 	probed, probeErr := n.host.probe(dev)
 	if probeErr != nil {
@@ -38,20 +55,8 @@ func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
 		return "", nil
 	}
 	existing, err := n.host.diskFormat(dev)
-	if err != nil {
-		return "", err
-	}
-	if existing != "" {
-		if unfinished != "" {
-			// Recorded on a device of another name (the volume was attached anew since): the volume now holds a
-			// filesystem or partition table, no longer the unfinished mkfs.
-			klog.InfoS("Removing the record of an unfinished mkfs: the volume holds a signature now", "volume", volumeID,
-				"device", dev, "recordedDevice", unfinished, "found", existing)
-			if err := n.state.finishFormat(volumeID); err != nil {
-				return "", err
-			}
-		}
-		return existing, nil
+	if err != nil || existing != "" {
+		return existing, err
 	}
 	// blkid knows nothing on the device: new (zeros where blkid looks) or data it does not recognise.
 	if probeErr != nil {
@@ -60,13 +65,97 @@ func (n *NodeServer) existingFormat(volumeID, dev string) (string, error) {
 	}
 	if probed.NonZero >= 0 {
 		also := ""
-		if unfinished != "" {
-			also = fmt.Sprintf(" (%s is of an unfinished mkfs on %s, another device)", n.state.formatRecord(volumeID), unfinished)
+		if recorded {
+			also = fmt.Sprintf(" (%s, void: it was made on %s, in another boot, on another device or by an earlier version)", n.state.recordName(volumeID), rec.device)
 		}
 		return "", fmt.Errorf("%w: %s (volume %s) holds data (its first non-zero byte where blkid looks is at offset %d) but no filesystem or partition table blkid recognises%s; it is neither formatted nor mounted",
 			errDeviceHasData, dev, volumeID, probed.NonZero, also)
 	}
 	return "", nil
+}
+
+// redoFormat decides for a device holding the volume's own unfinished mkfs (its record matches): formatted
+// again ("") when it holds what an interrupted mkfs leaves, nothing blkid recognises or an xfs superblock
+// still marked in progress; anything else is a complete filesystem or table, kept, and the record removed.
+func (n *NodeServer) redoFormat(volumeID, dev string) (string, error) {
+	existing, err := n.host.diskFormat(dev)
+	if err != nil {
+		return "", err
+	}
+	unfinished := existing == ""
+	if existing == FSXFS {
+		if unfinished, err = n.host.xfsInProgress(dev); err != nil {
+			return "", err
+		}
+	}
+	if unfinished {
+		klog.InfoS("Formatting again: the last mkfs of the volume on this device did not finish", "volume", volumeID, "device", dev,
+			"found", existing, "record", n.state.recordName(volumeID))
+		return "", nil
+	}
+	klog.InfoS("Removing the record of an unfinished mkfs: the device holds a complete signature", "volume", volumeID,
+		"device", dev, "found", existing)
+	if err := n.state.finishFormat(volumeID); err != nil {
+		return "", err
+	}
+	return existing, nil
+}
+
+// formatTarget is the record a mkfs of dev would make now: its path, the boot, its fingerprint.
+func (n *NodeServer) formatTarget(dev string) (formatRecord, error) {
+	fp, err := n.deviceFingerprint(dev)
+	if err != nil {
+		return formatRecord{}, fmt.Errorf("identify %s: %w", dev, err)
+	}
+	return formatRecord{device: dev, boot: n.boot, fingerprint: fp}, nil
+}
+
+// deviceFingerprint digests what the kernel says of the block device at dev, to tell it from another device
+// under the same name: its number and kernel name, its diskseq (new on every attach and loop bind; kernels
+// from 5.15 have it), and what says whose it is: a loop device's backing file, an NVMe serial, or, for a
+// device saying neither (Xen's xvdX), its size.
+func (n *NodeServer) deviceFingerprint(dev string) (string, error) {
+	rdev, isBlock, err := n.host.blockDevice(dev)
+	if err != nil {
+		return "", err
+	}
+	if !isBlock {
+		return "", fmt.Errorf("%s is not a block device", dev)
+	}
+	name, err := n.sys.kernelName(rdev)
+	if err != nil {
+		return "", err
+	}
+	facts := []string{"dev=" + devID(rdev), "name=" + name}
+	seq, err := n.sys.attr(rdev, "diskseq")
+	switch {
+	case err == nil:
+		facts = append(facts, "diskseq="+seq)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	}
+	serial, hasSerial, err := n.sys.serial(name)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case isLoopName(name):
+		d, _, err := n.sys.block.Read(name)
+		if err != nil {
+			return "", err
+		}
+		facts = append(facts, "backing="+d.Backing)
+	case hasSerial:
+		facts = append(facts, "serial="+serial)
+	default:
+		size, err := n.host.deviceSize(dev)
+		if err != nil {
+			return "", err
+		}
+		facts = append(facts, "size="+strconv.FormatInt(size, 10))
+	}
+	sum := sha256.Sum256([]byte(strings.Join(facts, "\n")))
+	return hex.EncodeToString(sum[:16]), nil
 }
 
 // formatBlank runs mkfs on the volume's device, which existingFormat has found blank (or holding the node's
@@ -96,7 +185,11 @@ func (n *NodeServer) formatBlank(volumeID, dev, fsType string, formatOpts []stri
 	case FSXFS:
 		args = append(args, "-f")
 	}
-	if err := n.state.startFormat(volumeID, dev); err != nil {
+	target, err := n.formatTarget(dev)
+	if err != nil {
+		return err
+	}
+	if err := n.state.startFormat(volumeID, target); err != nil {
 		return fmt.Errorf("record the start of mkfs on %s (volume %s): %w", dev, volumeID, err)
 	}
 	klog.InfoS("Formatting blank device", "volume", volumeID, "device", dev, "fsType", fsType, "options", formatOpts)

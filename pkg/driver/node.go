@@ -77,6 +77,8 @@ type NodeServer struct {
 	devices  DeviceFinder
 	state    *nodeState
 	inFlight *inFlight
+	// boot is the host's boot ID, read at start: records of another boot are void.
+	boot string
 	// formatTokens bound the mkfs runs of formatBlank.
 	formatTokens chan struct{}
 	// provenBlank: blkprobe's proof that a device is blank holds for the installed blkid, so a device it
@@ -125,7 +127,7 @@ func NewNodeServer(o NodeOptions) (*NodeServer, error) {
 	if devices == nil {
 		devices = &deviceFinder{devDir: o.DevDir, sys: sys, wait: o.DeviceWait, host: h, state: state, boot: boot}
 	}
-	n := &NodeServer{opts: o, host: h, sys: sys, devices: devices, state: state, inFlight: newInFlight(nil),
+	n := &NodeServer{opts: o, host: h, sys: sys, devices: devices, state: state, inFlight: newInFlight(nil), boot: boot,
 		formatTokens: make(chan struct{}, o.MaxConcurrentFormat)}
 	n.provenBlank = provenBlankHolds(h)
 	return n, nil

@@ -41,6 +41,11 @@ type fakeMachine struct {
 	blkidRan int
 	// formatHook, when set, runs as mkfs starts on dev; an error fails mkfs (after the hook's writes).
 	formatHook func(dev string) error
+	// growHook and unmountHook, when set, run before growFS and unmount; an error fails the call.
+	growHook    func(dev string) error
+	unmountHook func(target string) error
+	// diskseq numbers the devices as the kernel does, anew on every attach and loop bind.
+	diskseq int
 }
 
 // fakeDevice is a block device: its size, and what is on it.
@@ -54,6 +59,8 @@ type fakeDevice struct {
 	fsSize int64
 	// data is the first non-zero byte where blkid looks, -1 for zeros.
 	data int64
+	// inProgress: the xfs superblock is still marked in progress, as an interrupted mkfs.xfs leaves it.
+	inProgress bool
 }
 
 type fakeMount struct {
@@ -95,10 +102,27 @@ func (m *fakeMachine) register(d *fakeDevice, sysDir string) *fakeDevice {
 	must(m.t, os.WriteFile(filepath.Join(sysDir, "dev"), []byte(devID(d.rdev)+"\n"), 0o644))
 	must(m.t, os.Symlink(sysDir, filepath.Join(m.sys.devBlock, devID(d.rdev))))
 	must(m.t, os.WriteFile(d.node, nil, 0o600))
+	m.rebind(d)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.devices[d.node] = d
 	return d
+}
+
+// rebind gives d a new diskseq, as the kernel does when the device is attached or bound anew.
+func (m *fakeMachine) rebind(d *fakeDevice) {
+	m.t.Helper()
+	m.mu.Lock()
+	m.diskseq++
+	seq := m.diskseq
+	m.mu.Unlock()
+	must(m.t, os.WriteFile(filepath.Join(m.sys.devBlock, devID(d.rdev), "diskseq"), []byte(fmt.Sprintf("%d\n", seq)), 0o644))
+}
+
+// noDiskseq makes d a device of a kernel older than diskseq (5.15).
+func (m *fakeMachine) noDiskseq(d *fakeDevice) {
+	m.t.Helper()
+	must(m.t, os.Remove(filepath.Join(m.sys.devBlock, devID(d.rdev), "diskseq")))
 }
 
 // loopVolume is fakecloud's device of a volume: a loop device backed by <volume>.img.
@@ -159,7 +183,14 @@ func (m *fakeMachine) ranBlkid() int {
 func (m *fakeMachine) write(d *fakeDevice, fsType string, data int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d.fsType, d.fsSize, d.data = fsType, d.size, data
+	d.fsType, d.fsSize, d.data, d.inProgress = fsType, d.size, data, false
+}
+
+// unfinishedXFS leaves on d what mkfs.xfs killed half-way does: an xfs superblock marked in progress.
+func (m *fakeMachine) unfinishedXFS(d *fakeDevice) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d.fsType, d.fsSize, d.data, d.inProgress = FSXFS, d.size, 0, true
 }
 
 func (m *fakeMachine) resize(d *fakeDevice, size int64) {
@@ -288,7 +319,7 @@ func (m *fakeMachine) mount(source, target, fsType string, opts []string) error 
 	if err != nil {
 		return err
 	}
-	if d == nil || d.fsType != fsType {
+	if d == nil || d.fsType != fsType || d.inProgress {
 		return &fs.PathError{Op: "mount", Path: source, Err: syscall.EINVAL} // wrong fs type, bad superblock
 	}
 	if !st.IsDir() {
@@ -302,6 +333,11 @@ func (m *fakeMachine) mount(source, target, fsType string, opts []string) error 
 func (m *fakeMachine) unmount(target string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.unmountHook != nil {
+		if err := m.unmountHook(target); err != nil {
+			return err
+		}
+	}
 	real, err := resolve(target)
 	if err != nil {
 		return err
@@ -383,6 +419,16 @@ func (m *fakeMachine) diskFormat(dev string) (string, error) {
 	return d.fsType, nil
 }
 
+func (m *fakeMachine) xfsInProgress(dev string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.device(dev)
+	if err != nil {
+		return false, err
+	}
+	return d.fsType == FSXFS && d.inProgress, nil
+}
+
 func (m *fakeMachine) blkidVersion() (string, error) { return m.version, nil }
 
 func (m *fakeMachine) format(dev, fsType string, _ []string) error {
@@ -401,7 +447,7 @@ func (m *fakeMachine) format(dev, fsType string, _ []string) error {
 	if err != nil {
 		return err
 	}
-	d.fsType, d.fsSize, d.data = fsType, d.size, 0
+	d.fsType, d.fsSize, d.data, d.inProgress = fsType, d.size, 0, false
 	return nil
 }
 
@@ -410,6 +456,11 @@ func (m *fakeMachine) repair(string) error { return nil }
 func (m *fakeMachine) growFS(_ context.Context, fsType, dev, _ string) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.growHook != nil {
+		if err := m.growHook(dev); err != nil {
+			return 0, err
+		}
+	}
 	d, err := m.device(dev)
 	if err != nil {
 		return 0, err

@@ -53,9 +53,11 @@ func TestNodeFormatRules(t *testing.T) {
 		{name: "a partition table", blkid: fakeBlkidMeasured, size: gib, fsType: "gpt", data: 0, want: codes.FailedPrecondition,
 			message: `holds "gpt"`, blkidRun: 1},
 		{name: "data from the volume's unfinished mkfs on this device", blkid: fakeBlkidMeasured, size: gib, data: 4096, record: "self",
-			want: codes.OK, mkfs: 1},
+			want: codes.OK, mkfs: 1, blkidRun: 1},
 		{name: "data, an unfinished mkfs recorded on another device", blkid: fakeBlkidMeasured, size: gib, data: 4096, record: "/dev/loop9",
-			want: codes.FailedPrecondition, message: "is of an unfinished mkfs on /dev/loop9, another device", blkidRun: 1},
+			want: codes.FailedPrecondition, message: "void: it was made on /dev/loop9", blkidRun: 1},
+		{name: "ext4, the volume's unfinished mkfs recorded on this device", blkid: fakeBlkidMeasured, size: gib, fsType: FSExt4, data: 0,
+			record: "self", want: codes.OK, blkidRun: 1},
 		{name: "ext4, an unfinished mkfs recorded on another device", blkid: fakeBlkidMeasured, size: gib, fsType: FSExt4, data: 0,
 			record: "/dev/loop9", want: codes.OK, blkidRun: 1},
 		{name: "blank, staged read-only", blkid: fakeBlkidMeasured, size: gib, data: -1, readOnly: true, want: codes.FailedPrecondition,
@@ -69,11 +71,13 @@ func TestNodeFormatRules(t *testing.T) {
 			d := m.loopVolume(vol, 1, tc.size)
 			m.write(d, tc.fsType, tc.data)
 			e := newFakeEnv(t, m)
-			if tc.record == "self" {
-				tc.record = d.node
-			}
 			if tc.record != "" {
-				must(t, e.node.state.startFormat(vol, tc.record))
+				rec, err := e.node.formatTarget(d.node)
+				must(t, err)
+				if tc.record != "self" {
+					rec.device = tc.record
+				}
+				must(t, e.node.state.startFormat(vol, rec))
 			}
 			var flags []string
 			if tc.readOnly {
@@ -96,9 +100,9 @@ func TestNodeFormatRules(t *testing.T) {
 			if mounted := len(m.mountsAt(staging)) == 1; mounted != (tc.want == codes.OK) {
 				t.Errorf("staging path mounted: %v", mounted)
 			}
-			// A staged volume leaves no record of an unfinished mkfs behind; a refused one keeps it.
-			if rec, _ := e.node.state.unfinishedFormat(vol); (rec != "") != (tc.want != codes.OK && tc.record != "") {
-				t.Errorf("record of an unfinished mkfs after the stage: %q", rec)
+			// A staged volume leaves no record of an unfinished mkfs behind, and a void record is removed.
+			if rec, ok, _ := e.node.state.unfinishedFormat(vol); ok {
+				t.Errorf("record of an unfinished mkfs after the stage: %+v", rec)
 			}
 		})
 	}
@@ -136,8 +140,8 @@ func TestNodeRedoesFailedMkfs(t *testing.T) {
 	if got := m.ranMkfs(); len(got) != 2 || got[1] != d.node {
 		t.Errorf("mkfs ran on %v, want twice on %s", got, d.node)
 	}
-	if dev, err := node().node.state.unfinishedFormat(vol); dev != "" || err != nil {
-		t.Errorf("record of the finished mkfs still there after a restart: %q, %v", dev, err)
+	if rec, ok, err := node().node.state.unfinishedFormat(vol); ok || err != nil {
+		t.Errorf("record of the finished mkfs still there after a restart: %+v, %v", rec, err)
 	}
 	wantCode(t, e.stage(other, e.path("other"), mountCap(FSExt4, rwo), nil), codes.FailedPrecondition, "stage of another volume holding data")
 }
@@ -281,7 +285,9 @@ func TestNodeRefusesUnrecognisedData(t *testing.T) {
 				}
 			}
 			if tc.record {
-				must(t, e.node.state.startFormat(id, dev))
+				rec, err := e.node.formatTarget(dev)
+				must(t, err)
+				must(t, e.node.state.startFormat(id, rec))
 				// The plugin restarts.
 				n, err := NewNodeServer(NodeOptions{InstanceID: "i-0test", Zone: "zone-a", StateDir: stateDir, DeviceWait: time.Second})
 				if err != nil {

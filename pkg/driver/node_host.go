@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,6 +47,9 @@ type host interface {
 	probe(dev string) (blkprobe.Result, error)
 	// diskFormat is what blkid -p finds on dev: a filesystem or partition table type, "" for nothing.
 	diskFormat(dev string) (string, error)
+	// xfsInProgress reports whether dev's primary XFS superblock is still marked in progress (sb_inprogress):
+	// mkfs.xfs writes it so first and clears it last, and the kernel refuses to mount it.
+	xfsInProgress(dev string) (bool, error)
 	// blkidVersion is the output of blkid -V.
 	blkidVersion() (string, error)
 	// format runs mkfs.fsType with args, then dev.
@@ -105,6 +109,25 @@ func (h *realHost) deviceSize(path string) (int64, error) {
 func (h *realHost) probe(dev string) (blkprobe.Result, error) { return blkprobe.Probe(dev) }
 
 func (h *realHost) diskFormat(dev string) (string, error) { return h.mounter.GetDiskFormat(dev) }
+
+// The primary XFS superblock (struct xfs_dsb) starts the device: its magic, and sb_inprogress at offset 126.
+const (
+	xfsMagic            = "XFSB"
+	xfsInProgressOffset = 126
+)
+
+func (h *realHost) xfsInProgress(dev string) (bool, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sb := make([]byte, 512)
+	if _, err := io.ReadFull(f, sb); err != nil {
+		return false, fmt.Errorf("read the XFS superblock of %s: %w", dev, err)
+	}
+	return string(sb[:len(xfsMagic)]) == xfsMagic && sb[xfsInProgressOffset] != 0, nil
+}
 
 func (h *realHost) blkidVersion() (string, error) {
 	out, err := h.mounter.Exec.Command("blkid", "-V").CombinedOutput()

@@ -95,10 +95,12 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 				errPathInUse, staging, mi.Source, mi.Major, mi.Minor, mi.FSType, volumeID, dev, fsType)
 		}
 		klog.V(4).InfoS("Volume already staged", "volume", volumeID, "device", dev, "stagingPath", staging)
-		// A stage that crashed after mounting had not grown the filesystem yet.
+		// A stage that crashed after mounting had not grown the filesystem yet. The mount is not this call's to
+		// undo (kubelet may hold it as staged, uncertainly): a failure says it stays.
 		if fsType == FSXFS {
-			_, err := n.host.growFS(ctx, fsType, dev, staging)
-			return err
+			if _, err := n.host.growFS(ctx, fsType, dev, staging); err != nil {
+				return fmt.Errorf("%w: %s: %w", errLeftMounted, staging, err)
+			}
 		}
 		return nil
 	}
@@ -135,10 +137,21 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 	// A filesystem mkfs has just made fills its device: only an existing one may need growing.
 	if fsType == FSXFS && existing != "" {
 		if _, err := n.host.growFS(ctx, fsType, dev, staging); err != nil {
-			return err
+			return n.undoStagingMount(volumeID, staging, err)
 		}
 	}
 	return nil
+}
+
+// undoStagingMount unmounts the staging path a stage mounted before failing with cause: kubelet takes a final
+// error for "nothing mounted" and would never unstage. When the unmount fails too, the answer says the
+// volume is left mounted, with a code kubelet takes as uncertain, so that it retries or unstages.
+func (n *NodeServer) undoStagingMount(volumeID, staging string, cause error) error {
+	if _, err := n.unmountVolume(volumeID, staging); err != nil {
+		return fmt.Errorf("%w: %s: %w (undoing the mount failed: %w)", errLeftMounted, staging, cause, err)
+	}
+	klog.InfoS("Stage failed after mounting: unmounted the staging path", "volume", volumeID, "stagingPath", staging, "err", cause)
+	return cause
 }
 
 // mkfsOptions turns the format options of the volume context into mkfs arguments. The values are checked to
@@ -205,8 +218,9 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if _, err := n.unmountVolume(volumeID, staging); err != nil {
 		return nil, rpcError(err)
 	}
-	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more.
-	if err := n.state.forgetStagedDevice(volumeID); err != nil {
+	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more. So is
+	// the record of an unfinished mkfs: whatever the device holds from now on may be data (see node_state.go).
+	if err := errors.Join(n.state.forgetStagedDevice(volumeID), n.state.finishFormat(volumeID)); err != nil {
 		return nil, rpcError(err)
 	}
 	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)

@@ -4,15 +4,24 @@ package driver
 // --state-dir: by default under the kubelet's plugin directory on the host, so that they outlive the plugin's
 // container). Both are keyed by volume ID, checked to have the cloud's shape before anything is touched.
 //
-//	formatting  "mkfs of this volume started on this device and has not finished". mke2fs and mkfs.xfs write
-//	            much before their superblock (mkfs.xfs even a superblock marked in progress, which blkid takes
-//	            for xfs and the kernel refuses to mount), so a stage killed, or failing, during mkfs leaves a
-//	            device the node would otherwise never format again. The record is made durable before mkfs
-//	            starts, and its removal made durable once mkfs succeeded, before the filesystem is mounted:
-//	            while it exists, the device holds nothing but the unfinished mkfs, and a stage that finds it
-//	            for the device it found formats again, whatever the device holds. A record naming another
-//	            device (the volume was attached under another name since) is not acted on: data without a
-//	            signature is refused, naming it, and a signature makes it void.
+//	formatting  "mkfs of this volume started on this device, in this boot, and has not finished". mke2fs and
+//	            mkfs.xfs write much before their superblock (mkfs.xfs even a superblock marked in progress,
+//	            which blkid takes for xfs and the kernel refuses to mount), so a stage killed, or failing,
+//	            during mkfs leaves a device the node would otherwise never format again. Invariants:
+//	            - the record is durable before mkfs starts, and its removal durable once mkfs succeeded,
+//	              before the filesystem is mounted;
+//	            - it names the device three ways: its path, the boot (host.bootID) and a fingerprint of what
+//	              the kernel says of it (deviceFingerprint: number, name, diskseq where the kernel has it,
+//	              loop backing file or NVMe serial, size for a device saying neither). A record is the
+//	              volume's unfinished mkfs only when all three are those of the device found now; any other
+//	              is void, removed when seen, and the device probed like any other. diskseq changes on every
+//	              attach and loop bind, so a volume that went away and came back under the same name does
+//	              not match;
+//	            - even a matching record redoes mkfs only over what an interrupted mkfs leaves: nothing blkid
+//	              recognises, or an xfs superblock still marked in progress. A device holding a complete
+//	              filesystem (or a partition table) is never formatted; its record is removed;
+//	            - unstage removes the record: whatever the device holds from then on is data;
+//	            - a slot of the previous format ("<volume> <device>", no boot, no fingerprint) reads as void.
 //
 //	            The records are slots of one file of formatSlots sectors, written in place and fdatasynced: an
 //	            overwrite of a block the file already has needs no journal commit, which a new file (and its
@@ -63,7 +72,7 @@ const (
 type nodeState struct {
 	dir string
 	mu  sync.Mutex
-	// formats is the slot of each volume's unfinished format, and its device.
+	// formats is the slot of each volume's unfinished format, and its record.
 	formats map[string]formatSlot
 	// used marks the slots in use (or being written).
 	used [formatSlots]bool
@@ -75,7 +84,18 @@ type nodeState struct {
 
 type formatSlot struct {
 	index  int
-	device string
+	record formatRecord
+}
+
+// formatRecord is the device an unfinished mkfs ran on: its path, the boot, and its fingerprint
+// (deviceFingerprint). A record of the previous slot format has no boot and no fingerprint.
+type formatRecord struct {
+	device, boot, fingerprint string
+}
+
+// matches reports whether the record names the device found now: same path, same boot, same fingerprint.
+func (r formatRecord) matches(now formatRecord) bool {
+	return r.boot != "" && r.fingerprint != "" && r == now
 }
 
 // newNodeState opens the records under dir, creating what is missing; "" keeps them in memory.
@@ -120,32 +140,53 @@ func (s *nodeState) openFormats(path string) error {
 		if n < (i+1)*slotSize || slot[0] == 0 {
 			continue
 		}
-		volumeID, device, ok := parseFormatSlot(slot)
+		volumeID, rec, ok := parseFormatSlot(slot)
 		if !ok {
 			klog.InfoS("Ignoring a malformed record of an unfinished mkfs", "file", path, "slot", i)
 			continue
 		}
-		s.formats[volumeID] = formatSlot{index: i, device: device}
+		s.formats[volumeID] = formatSlot{index: i, record: rec}
 		s.used[i] = true
 	}
 	return nil
 }
 
-// formatSlotText is what a slot holds: "<volume> <device>\n", then zeros.
-func formatSlotText(volumeID, device string) ([]byte, error) {
-	text := volumeID + " " + device + "\n"
-	if len(text) > slotSize || strings.ContainsAny(device, " \n\x00") {
-		return nil, fmt.Errorf("device %q cannot be recorded", device)
+// formatSlotVersion starts a slot of the current format: "2 <volume> <device> <boot> <fingerprint>\n", then
+// zeros. A slot of the previous format, "<volume> <device>\n", starts with the volume ID.
+const formatSlotVersion = "2"
+
+func formatSlotText(volumeID string, rec formatRecord) ([]byte, error) {
+	fields := []string{formatSlotVersion, volumeID, rec.device, rec.boot, rec.fingerprint}
+	text := strings.Join(fields, " ") + "\n"
+	for _, f := range fields {
+		if f == "" || strings.ContainsAny(f, " \n\x00") {
+			return nil, fmt.Errorf("device %q (boot %q, fingerprint %q) cannot be recorded", rec.device, rec.boot, rec.fingerprint)
+		}
+	}
+	if len(text) > slotSize {
+		return nil, fmt.Errorf("device %q cannot be recorded: the record exceeds %d bytes", rec.device, slotSize)
 	}
 	slot := make([]byte, slotSize)
 	copy(slot, text)
 	return slot, nil
 }
 
-func parseFormatSlot(slot []byte) (volumeID, device string, ok bool) {
+// parseFormatSlot reads a slot in use; one of the previous format gives a record without boot and fingerprint,
+// which matches no device.
+func parseFormatSlot(slot []byte) (volumeID string, rec formatRecord, ok bool) {
 	line, _, found := bytes.Cut(slot, []byte("\n"))
-	volumeID, device, spaced := strings.Cut(string(line), " ")
-	return volumeID, device, found && spaced && volumeIDPattern.MatchString(volumeID) && device != ""
+	fields := strings.Fields(string(line))
+	switch {
+	case !found:
+		return "", formatRecord{}, false
+	case len(fields) == 5 && fields[0] == formatSlotVersion:
+		volumeID, rec = fields[1], formatRecord{device: fields[2], boot: fields[3], fingerprint: fields[4]}
+	case len(fields) == 2:
+		volumeID, rec = fields[0], formatRecord{device: fields[1]}
+	default:
+		return "", formatRecord{}, false
+	}
+	return volumeID, rec, volumeIDPattern.MatchString(volumeID)
 }
 
 // checkVolume refuses a name that is not a volume ID: nothing else names a record.
@@ -156,22 +197,23 @@ func checkVolume(volumeID string) error {
 	return nil
 }
 
-// unfinishedFormat is the device on which mkfs of the volume started and did not finish, "" when none did.
-func (s *nodeState) unfinishedFormat(volumeID string) (string, error) {
+// unfinishedFormat is the record of the volume's mkfs that started and did not finish; ok is false when none.
+func (s *nodeState) unfinishedFormat(volumeID string) (rec formatRecord, ok bool, err error) {
 	if err := checkVolume(volumeID); err != nil {
-		return "", err
+		return formatRecord{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.formats[volumeID].device, nil
+	slot, ok := s.formats[volumeID]
+	return slot.record, ok && slot.record.device != "", nil
 }
 
-// startFormat records, durably, that mkfs of the volume is starting on device.
-func (s *nodeState) startFormat(volumeID, device string) error {
+// startFormat records, durably, that mkfs of the volume is starting on the device rec names.
+func (s *nodeState) startFormat(volumeID string, rec formatRecord) error {
 	if err := checkVolume(volumeID); err != nil {
 		return err
 	}
-	text, err := formatSlotText(volumeID, device)
+	text, err := formatSlotText(volumeID, rec)
 	if err != nil {
 		return err
 	}
@@ -185,7 +227,7 @@ func (s *nodeState) startFormat(volumeID, device string) error {
 		}
 		s.used[slot.index] = true
 	}
-	slot.device = ""
+	slot.record = formatRecord{}
 	s.formats[volumeID] = slot // no device until the record is durable
 	s.mu.Unlock()
 	if err := s.writeSlot(slot.index, text); err != nil {
@@ -193,7 +235,7 @@ func (s *nodeState) startFormat(volumeID, device string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.formats[volumeID] = formatSlot{index: slot.index, device: device}
+	s.formats[volumeID] = formatSlot{index: slot.index, record: rec}
 	return nil
 }
 
@@ -232,8 +274,8 @@ func (s *nodeState) writeSlot(index int, slot []byte) error {
 	return nil
 }
 
-// formatRecord names the volume's format record for messages.
-func (s *nodeState) formatRecord(volumeID string) string {
+// recordName names the volume's format record for messages.
+func (s *nodeState) recordName(volumeID string) string {
 	if s.dir == "" {
 		return "the in-memory record of volume " + volumeID
 	}

@@ -4,8 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
+
+// record is a format record of this boot for a device.
+func record(device string) formatRecord {
+	return formatRecord{device: device, boot: "boot-1", fingerprint: "0123456789abcdef0123456789abcdef"}
+}
 
 // TestNodeStateRecords: records read back as written, in memory and from disk after a restart; the format
 // records of several volumes take slots of their own and free them; a device record of another boot, or one
@@ -19,24 +25,24 @@ func TestNodeStateRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		must(t, s.startFormat(vol, "/dev/loop3"))
-		must(t, s.startFormat(vol2, "/dev/loop4"))
-		must(t, s.startFormat(vol, "/dev/loop5"))
+		must(t, s.startFormat(vol, record("/dev/loop3")))
+		must(t, s.startFormat(vol2, record("/dev/loop4")))
+		must(t, s.startFormat(vol, record("/dev/loop5")))
 		must(t, s.finishFormat(vol2))
 		if dir != "" {
 			if s, err = newNodeState(dir); err != nil { // the plugin restarts
 				t.Fatal(err)
 			}
 		}
-		for v, want := range map[string]string{vol: "/dev/loop5", vol2: ""} {
-			if dev, err := s.unfinishedFormat(v); err != nil || dev != want {
-				t.Errorf("%q: unfinished format of %s = %q, %v; want %q", dir, v, dev, err, want)
+		for v, want := range map[string]formatRecord{vol: record("/dev/loop5"), vol2: {}} {
+			if rec, ok, err := s.unfinishedFormat(v); err != nil || rec != want || ok != (want != formatRecord{}) {
+				t.Errorf("%q: unfinished format of %s = %+v, %v, %v; want %+v", dir, v, rec, ok, err, want)
 			}
 		}
 		must(t, s.finishFormat(vol))
 		must(t, s.finishFormat(vol))
-		if dev, err := s.unfinishedFormat(vol); err != nil || dev != "" {
-			t.Errorf("%q: unfinished format after finishing = %q, %v", dir, dev, err)
+		if rec, ok, err := s.unfinishedFormat(vol); err != nil || ok {
+			t.Errorf("%q: unfinished format after finishing = %+v, %v", dir, rec, err)
 		}
 		must(t, s.recordStagedDevice(vol, "boot-1", stagedDevice{path: "/dev/xvdba", rdev: 202<<8 | 26}))
 		if d, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || !ok || d.path != "/dev/xvdba" || d.rdev != 202<<8|26 {
@@ -49,7 +55,7 @@ func TestNodeStateRecords(t *testing.T) {
 		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
 			t.Errorf("%q: staged device after forgetting = %v, %v; want none", dir, ok, err)
 		}
-		if err := s.startFormat("../../etc/passwd", "/dev/loop3"); !errors.Is(err, errInvalidParameter) {
+		if err := s.startFormat("../../etc/passwd", record("/dev/loop3")); !errors.Is(err, errInvalidParameter) {
 			t.Errorf("%q: a record named by a path: %v", dir, err)
 		}
 	}
@@ -65,6 +71,41 @@ func TestNodeStateRecords(t *testing.T) {
 		must(t, os.WriteFile(file, []byte(content), 0o600))
 		if _, ok, err := s.stagedDevice(vol, "boot-1"); err != nil || ok {
 			t.Errorf("%s device record: %v, %v; want none", name, ok, err)
+		}
+	}
+}
+
+// TestFormatSlots: a slot reads back as written; one of the previous format ("<volume> <device>") reads as a
+// record without boot and fingerprint, which matches no device; malformed slots and fields that would not
+// read back are refused.
+func TestFormatSlots(t *testing.T) {
+	t.Parallel()
+	const vol = "vol-0123456789abcdef0"
+	slot, err := formatSlotText(vol, record("/dev/loop3"))
+	must(t, err)
+	if v, rec, ok := parseFormatSlot(slot); !ok || v != vol || rec != record("/dev/loop3") || !rec.matches(record("/dev/loop3")) {
+		t.Errorf("slot read back as %q, %+v, %v", v, rec, ok)
+	}
+	old := make([]byte, slotSize)
+	copy(old, vol+" /dev/loop3\n")
+	v, rec, ok := parseFormatSlot(old)
+	if !ok || v != vol || rec != (formatRecord{device: "/dev/loop3"}) {
+		t.Errorf("previous format read as %q, %+v, %v", v, rec, ok)
+	}
+	if rec.matches(rec) || rec.matches(record("/dev/loop3")) {
+		t.Error("a record of the previous format matches a device")
+	}
+	for _, garbled := range []string{"2 " + vol + " /dev/loop3 boot-1\n", "../etc /dev/loop3\n", "2 " + vol + " /dev/loop3 b f", "\x01\x02"} {
+		bad := make([]byte, slotSize)
+		copy(bad, garbled)
+		if _, _, ok := parseFormatSlot(bad); ok {
+			t.Errorf("malformed slot %q read as a record", garbled)
+		}
+	}
+	for _, rec := range []formatRecord{{device: "/dev/a b", boot: "b", fingerprint: "f"}, {device: "/dev/a", fingerprint: "f"},
+		{device: "/dev/" + strings.Repeat("x", slotSize), boot: "b", fingerprint: "f"}} {
+		if _, err := formatSlotText(vol, rec); err == nil {
+			t.Errorf("record %+v written", rec)
 		}
 	}
 }
