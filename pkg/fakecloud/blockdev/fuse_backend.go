@@ -156,7 +156,7 @@ func (b *FuseBackend) DeleteVolume(ctx context.Context, volumeID string) error {
 // Reconcile first releases devices bound straight to volume files (a run on the loop backend): their I/O
 // would bypass the server, and two live devices of <id>.img would leave the node plugin unable to tell which
 // is the volume's.
-func (b *FuseBackend) Reconcile(ctx context.Context, attached []string) error {
+func (b *FuseBackend) Reconcile(ctx context.Context, attached map[string]string) error {
 	err := releaseDevicesIn(ctx, b.store.volumesPath(), &b.locks)
 	return errors.Join(err, b.LoopBackend.Reconcile(ctx, attached))
 }

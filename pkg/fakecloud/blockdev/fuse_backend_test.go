@@ -368,12 +368,12 @@ func TestFuseBackendRestartAfterKill(t *testing.T) {
 		t.Fatalf("the dead device %s is still live: %+v, %v", oldDev, d, err)
 	}
 
-	if err := b.Reconcile(ctx, []string{"vol-a"}); err != nil {
+	if err := b.Reconcile(ctx, map[string]string{"vol-a": oldDev}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	dev := b.DevicePath("vol-a")
-	if dev == "" {
-		t.Fatal("vol-a has no device after Reconcile")
+	if dev != oldDev {
+		t.Fatalf("vol-a is on %q after Reconcile, want its old device %s", dev, oldDev)
 	}
 	expectAt(t, dev, crashOffset, crashPayload)
 	if left := devicesUnder(t, mnt); len(left) != 1 {

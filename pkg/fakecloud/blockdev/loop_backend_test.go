@@ -301,7 +301,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 		releaseUnderAtCleanup(t, dir)
-		dev, err := attachLoop(ctx, file, 0)
+		dev, err := attachLoop(ctx, file, 0, -1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 	}
 
 	b2, _ := newLoopBackendT(t, filepath.Join(base, "data"))
-	err := b2.Reconcile(ctx, []string{"vol-keep", "vol-new", "vol-missing"})
+	err := b2.Reconcile(ctx, map[string]string{"vol-keep": "", "vol-new": "", "vol-missing": ""})
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Reconcile with a volume that has no file: err = %v, want ErrNotFound", err)
 	}
@@ -335,7 +335,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 
 	// Reconciling again changes nothing.
 	before := devicesUnder(t, b2.store.volumesPath())
-	if err := b2.Reconcile(ctx, []string{"vol-keep", "vol-new"}); err != nil {
+	if err := b2.Reconcile(ctx, map[string]string{"vol-keep": "", "vol-new": ""}); err != nil {
 		t.Fatalf("second Reconcile: %v", err)
 	}
 	if after := devicesUnder(t, b2.store.volumesPath()); strings.Join(after, " ") != strings.Join(before, " ") {
@@ -378,7 +378,7 @@ func TestBindLoopBusy(t *testing.T) {
 		t.Fatalf("second bind of loop%d: err = %v, want EBUSY", n, err)
 	}
 	// attachLoop itself gets past the taken device.
-	dev, err := attachLoop(ctx, files[1].Name(), 0)
+	dev, err := attachLoop(ctx, files[1].Name(), 0, -1, nil)
 	if err != nil {
 		t.Fatalf("attachLoop: %v", err)
 	}
