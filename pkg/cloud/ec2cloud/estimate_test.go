@@ -1,6 +1,7 @@
 package ec2cloud
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -169,4 +170,64 @@ func settledBurstLooks(t *testing.T, create, spread time.Duration, waits int) fl
 	}
 	wg.Wait()
 	return e.calls(t)["DescribeVolumes"] - before
+}
+
+// TestWaitDisturbedRecordsNothing: a wait whose poll failed, or whose look came long after its interval (a
+// cloud that was down while the SDK retried), measured the outage rather than the transition; it must leave
+// the estimate as it was. An undisturbed wait records its sample.
+func TestWaitDisturbedRecordsNothing(t *testing.T) {
+	cases := []struct {
+		name string
+		// disturb runs in the fetch of the numbered call (1 is the first) and returns its error.
+		disturb func(call int) error
+		want    int
+	}{
+		{"undisturbed", func(int) error { return nil }, 1},
+		{"a poll fails", func(call int) error {
+			if call == 2 {
+				return newError("DescribeVolumes", cloud.ErrUnavailable, "connection refused")
+			}
+			return nil
+		}, 0},
+		{"a look comes late", func(call int) error {
+			if call == 2 {
+				time.Sleep(1500 * time.Millisecond) // longer than lateLook past its interval
+			}
+			return nil
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Cloud{wait: WaitOptions{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}.withDefaults(),
+				metrics: newMetrics(nil), estimates: newDurationEstimates(0)}
+			var mu sync.Mutex
+			calls := 0
+			fetch := func(_ context.Context, ids []string) (map[string]int, error) {
+				mu.Lock()
+				calls++
+				n := calls
+				mu.Unlock()
+				if err := tc.disturb(n); err != nil {
+					return nil, err
+				}
+				return map[string]int{ids[0]: n}, nil
+			}
+			b := newBatcher("test", fetch, c.wait, c.metrics, nil)
+			err := waitFor(context.Background(), c, b, waitCreate, "vol-w", func(o observation[int]) (bool, error) {
+				if o.err != nil {
+					return false, transientPollError(o.err, "volume created", "vol-w")
+				}
+				return o.value >= 4, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.estimates.mu.Lock()
+			got := len(c.estimates.samples[waitCreate])
+			c.estimates.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("samples recorded = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }
