@@ -38,15 +38,11 @@ const (
 // fakecloud that keeps its record of attached volumes (volume -> device, as state's HostDevice) in a file,
 // reconciles with it at start, attaches what is missing, records, and waits to be killed.
 func TestFuseRebindHelper(t *testing.T) {
-	dir := os.Getenv(rebindHelperEnv)
-	if dir == "" {
+	b, dir, ok := helperBackend(t, rebindHelperEnv)
+	if !ok {
 		return
 	}
 	ctx := context.Background()
-	b, err := NewFuseBackend(ctx, dir, FuseOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	record := map[string]string{}
 	path := filepath.Join(dir, rebindRecord)
 	if raw, err := os.ReadFile(path); err == nil {
@@ -78,17 +74,33 @@ func TestFuseRebindHelper(t *testing.T) {
 	select {}
 }
 
-// rebindHelper is one run of TestFuseRebindHelper.
-type rebindHelper struct {
+// helperBackend opens the fuse backend of a *Helper test on the directory env names; ok is false when the
+// test runs as a test, not as a helper.
+func helperBackend(t *testing.T, env string) (b *FuseBackend, dir string, ok bool) {
+	dir = os.Getenv(env)
+	if dir == "" {
+		return nil, "", false
+	}
+	b, err := NewFuseBackend(context.Background(), dir, FuseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, dir, true
+}
+
+// crashHelper is a run of this test binary as a fakecloud (one of the *Helper tests) that prints
+// "READY <what it serves>" once it serves, and then waits to be killed.
+type crashHelper struct {
 	cmd    *exec.Cmd
 	stderr bytes.Buffer
 }
 
-// startRebindHelper starts a helper on dir and returns the devices it reports once it is serving them.
-func startRebindHelper(t *testing.T, dir string) (*rebindHelper, map[string]string) {
+// startCrashHelper runs the test named test with env=dir, and returns what it reports once it serves. The
+// helper is killed at cleanup at the latest.
+func startCrashHelper(t *testing.T, test, env, dir string) (*crashHelper, string) {
 	t.Helper()
-	h := &rebindHelper{cmd: exec.Command(os.Args[0], "-test.run=^TestFuseRebindHelper$")}
-	h.cmd.Env = append(os.Environ(), rebindHelperEnv+"="+dir)
+	h := &crashHelper{cmd: exec.Command(os.Args[0], "-test.run=^"+test+"$")}
+	h.cmd.Env = append(os.Environ(), env+"="+dir)
 	h.cmd.Stderr = &h.stderr
 	out, err := h.cmd.StdoutPipe()
 	if err != nil {
@@ -108,7 +120,7 @@ func startRebindHelper(t *testing.T, dir string) (*rebindHelper, map[string]stri
 			}
 		}
 		close(ready)
-		_, _ = io.Copy(io.Discard, out)
+		_, _ = io.Copy(io.Discard, out) // keep the pipe drained
 	}()
 	select {
 	case rec, ok := <-ready:
@@ -116,24 +128,31 @@ func startRebindHelper(t *testing.T, dir string) (*rebindHelper, map[string]stri
 			h.kill()
 			t.Fatalf("helper ended before serving; stderr:\n%s", h.stderr.String())
 		}
-		devs := map[string]string{}
-		if err := json.Unmarshal([]byte(rec), &devs); err != nil {
-			t.Fatal(err)
-		}
-		return h, devs
+		return h, rec
 	case <-time.After(60 * time.Second):
 		h.kill()
 		t.Fatalf("helper did not serve in time; stderr:\n%s", h.stderr.String())
 	}
-	return nil, nil
+	return nil, ""
 }
 
 // kill is kill -9; killing a dead helper again is a no-op.
-func (h *rebindHelper) kill() {
+func (h *crashHelper) kill() {
 	if h.cmd.ProcessState == nil {
 		_ = h.cmd.Process.Signal(syscall.SIGKILL)
 		_ = h.cmd.Wait()
 	}
+}
+
+// startRebindHelper starts TestFuseRebindHelper on dir and returns the devices it serves the volumes on.
+func startRebindHelper(t *testing.T, dir string) (*crashHelper, map[string]string) {
+	t.Helper()
+	h, rec := startCrashHelper(t, "TestFuseRebindHelper", rebindHelperEnv, dir)
+	devs := map[string]string{}
+	if err := json.Unmarshal([]byte(rec), &devs); err != nil {
+		t.Fatal(err)
+	}
+	return h, devs
 }
 
 // stampWriter writes blocks stamped with its volume's ID through the device path it was given, reopening the
