@@ -37,7 +37,8 @@ const fuseDir = "fuse"
 //
 // The devices live only as long as fakecloud: Close releases them (one still held is released when its
 // holder lets go) and unmounts, and after a crash the next start releases the devices of the stale mount and
-// detaches it. Reconcile binds the attached volumes again either way.
+// detaches it. Reconcile binds the attached volumes again either way, each on the loop number it had (see
+// LoopBackend), so a consumer that reopens its device path gets its own volume back.
 type FuseBackend struct {
 	*LoopBackend
 	fs *fuseblock.FS
