@@ -224,11 +224,12 @@ func TestFuseBackendRebindAfterKill(t *testing.T) {
 	var wg sync.WaitGroup
 	acked := make(map[string]*atomic.Int64, len(rebindVolumes))
 	for _, id := range rebindVolumes {
-		acked[id] = &atomic.Int64{}
+		n, dev := &atomic.Int64{}, first[id]
+		acked[id] = n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stampWriter(ctx, id, first[id], acked[id])
+			stampWriter(ctx, id, dev, n)
 		}()
 	}
 	stopWriters := sync.OnceFunc(func() { stop(); wg.Wait() })
