@@ -416,16 +416,7 @@ func TestLoopBackendKeepsNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The device is lost behind the backend's back (the fuse backend releases its devices at a restart).
-	d, ok, err := hostSysfs().FindByBackingFile(b1.VolumeFile("vol-x"))
-	if err != nil || !ok {
-		t.Fatalf("vol-x's device: %v, %v", ok, err)
-	}
-	if _, err := clearLoop(d, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitReleased(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	releaseFile(t, b1.VolumeFile("vol-x"))
 
 	b2, _ := newLoopBackendT(t, b1.store.dataDir)
 	if err := b2.Reconcile(ctx, map[string]string{"vol-x": old, "vol-y": taken}); err != nil {
@@ -439,16 +430,7 @@ func TestLoopBackendKeepsNumbers(t *testing.T) {
 	}
 
 	// The other program lets go; the number still belongs to vol-y.
-	fd, ok, err := hostSysfs().FindByBackingFile(foreignFile)
-	if err != nil || !ok {
-		t.Fatalf("foreign device: %v, %v", ok, err)
-	}
-	if _, err := clearLoop(fd, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitReleased(ctx, fd); err != nil {
-		t.Fatal(err)
-	}
+	releaseFile(t, foreignFile)
 	if got, err := b2.Attach(ctx, "vol-z"); err != nil || got == taken {
 		t.Errorf("vol-z attached on %q, %v; %s is vol-y's until it detaches", got, err, taken)
 	}
@@ -457,5 +439,20 @@ func TestLoopBackendKeepsNumbers(t *testing.T) {
 	}
 	if b2.reservedToOthers("vol-z")(takenN) {
 		t.Errorf("loop%d still reserved after vol-y detached", takenN)
+	}
+}
+
+// releaseFile releases the live loop device of file, behind any backend's back.
+func releaseFile(t *testing.T, file string) {
+	t.Helper()
+	d, ok, err := hostSysfs().FindByBackingFile(file)
+	if err != nil || !ok {
+		t.Fatalf("device of %s: %v, %v", file, ok, err)
+	}
+	if _, err := clearLoop(d, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReleased(context.Background(), d); err != nil {
+		t.Fatal(err)
 	}
 }
