@@ -104,7 +104,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/fakecloud/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/cloud/...
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/fakecloud/loadbench/
-	$(GO) test -run '^$$' -bench BackendIO -benchtime 1x ./pkg/fakecloud/blockdev/
+	$(GO) test -run '^$$' -bench 'BackendIO|FuseIsolation' -benchtime 1x ./pkg/fakecloud/blockdev/
 	$(GO) run ./test/bench controller --bin $(BIN) --runs $(BENCH_RUNS)
 	$(GO) run ./test/bench controller --bin $(BIN) --sidecar --profiles instant,1s --start cold --runs $(BENCH_RUNS) \
 		--fakecloud-args ';--fault-error=*=0.3:RequestLimitExceeded:before'

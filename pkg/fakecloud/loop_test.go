@@ -34,11 +34,19 @@ func requireLoop(t testing.TB) {
 }
 
 // startLoopCloud runs fakecloud on loop devices (backend loop or fuse) and, whatever happens, releases every
-// device and mount the test made under its data directory. opts adjust the cloud's options.
+// device and mount the test made under its data directory. opts adjust the cloud's options (a DataDir they set
+// is used, and cleaned, instead of a temporary one).
 func startLoopCloud(t testing.TB, backend string, opts ...func(*fakecloudtest.Options)) *fakecloudtest.Env {
 	t.Helper()
 	requireLoop(t)
-	dir := t.TempDir()
+	o := fakecloudtest.Options{Backend: backend}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	dir := o.DataDir
 	if backend == fakecloud.BackendFuse {
 		testutil.SkipUnless(t, fuseblock.Available(), "fuse backend needs /dev/fuse")
 		// Last resort after Close: devices of the FUSE mount first, while their files still have a path.
@@ -48,10 +56,6 @@ func startLoopCloud(t testing.TB, backend string, opts ...func(*fakecloudtest.Op
 			}
 			testutil.UnmountUnder(t, dir)
 		})
-	}
-	o := fakecloudtest.Options{Backend: backend, DataDir: dir}
-	for _, opt := range opts {
-		opt(&o)
 	}
 	env := fakecloudtest.Start(t, o)
 	t.Cleanup(func() {

@@ -7,6 +7,7 @@ package blockdev
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // ErrBusy means a device is still held (mounted, opened exclusively) and a non-forced detach must wait.
@@ -14,6 +15,31 @@ var ErrBusy = errors.New("device is busy")
 
 // ErrNotFound means the volume or snapshot has no backing file.
 var ErrNotFound = errors.New("backing file not found")
+
+// ErrFlushTimeout means an attached volume's device did not finish flushing within FlushBound: a hung device
+// (or an injected hang) cannot pin a snapshot, or the volume's lock, for ever.
+var ErrFlushTimeout = errors.New("device flush timed out")
+
+// FlushBound bounds the flush of an attached volume's device before its point in time is taken.
+const FlushBound = 10 * time.Second
+
+// Capture says how CaptureSnapshot fixed a snapshot's point in time, and so what a restart may do with a
+// snapshot whose copy had not finished.
+type Capture string
+
+const (
+	// CaptureComplete: the snapshot's file is made (a reflink); nothing is left to copy, and it survives a crash.
+	CaptureComplete Capture = "complete"
+	// CaptureFrozen: the volume has no device, and its file does not change until the copy ends (state keeps
+	// it from being attached or grown meanwhile); a copy run after a crash reads the same bytes.
+	CaptureFrozen Capture = "frozen"
+	// CaptureSession: a copy-on-write session in this process keeps the point-in-time bytes (fuse backend);
+	// it ends with the process, so after a crash the point in time is lost.
+	CaptureSession Capture = "session"
+	// CaptureLive: no instant copy exists (an attached loop device over a filesystem without reflink); the
+	// copy holds the volume as it is when the copy runs.
+	CaptureLive Capture = "live"
+)
 
 // Backend is what fakecloud's state needs from storage. Implementations are safe for concurrent use.
 // All sizes are in bytes.
@@ -45,10 +71,17 @@ type Backend interface {
 	// DevicePath returns the device of an attached volume, or "" when none is bound. A device whose forced
 	// detach is still waiting for its holder no longer counts.
 	DevicePath(volumeID string) string
-	// CreateSnapshot makes a point-in-time copy of the volume's bytes (reflink where possible, sparse copy
-	// otherwise); an attached device is flushed first. A missing volume is ErrNotFound.
+	// CaptureSnapshot fixes the snapshot's point in time now, before its request is answered: an attached
+	// device is flushed first (within FlushBound, else ErrFlushTimeout), then the file is reflinked or, on the
+	// fuse backend, a copy-on-write session begun. It says how (Capture); CreateSnapshot copies the rest. A
+	// missing volume is ErrNotFound.
+	CaptureSnapshot(ctx context.Context, snapshotID, volumeID string) (Capture, error)
+	// CreateSnapshot completes the snapshot's file from its capture, or, with none in this process (Frozen,
+	// Live, or a restart), copies the volume's bytes now (reflink where possible, sparse copy otherwise); an
+	// attached device is flushed first. An existing snapshot file is a finished snapshot. A missing volume is
+	// ErrNotFound.
 	CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error
-	// DeleteSnapshot removes the snapshot's file. Missing is not an error.
+	// DeleteSnapshot ends the snapshot's capture, if any, and removes its file. Missing is not an error.
 	DeleteSnapshot(ctx context.Context, snapshotID string) error
 	// Reconcile runs after a restart: every volume in attached gets a device again (found by its backing file or
 	// bound again, on the device attached maps it to, the one it had, where the backend can); devices backed by

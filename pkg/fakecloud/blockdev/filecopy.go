@@ -63,21 +63,42 @@ func copyFileAtomic(ctx context.Context, dstPath, srcPath string, growTo int64, 
 // writeFileAtomic lets fill write a temporary file in path's directory, then renames it to path; durable syncs
 // the file before and the directory after. On any error the temporary file is removed and path is left as it
 // was.
-func writeFileAtomic(path string, durable bool, fill func(*os.File) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+func writeFileAtomic(path string, durable bool, fill func(*os.File) error) error {
+	tmp, err := tempFor(path)
 	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if err := fill(tmp); err != nil {
 		return err
 	}
+	if err := fill(tmp); err != nil {
+		discardTemp(tmp)
+		return err
+	}
+	return commitTemp(tmp, path, durable)
+}
+
+// tempFor creates the hidden temporary file a copy to path is written to (RemoveTemporaryFiles removes one a
+// crash left).
+func tempFor(path string) (*os.File, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary file: %w", err)
+	}
+	return tmp, nil
+}
+
+// discardTemp closes and removes a temporary file.
+func discardTemp(tmp *os.File) {
+	_ = tmp.Close()
+	_ = os.Remove(tmp.Name())
+}
+
+// commitTemp renames the complete temporary file to path, syncing the file before and the directory after when
+// durable; on error the temporary file is removed.
+func commitTemp(tmp *os.File, path string, durable bool) (err error) {
+	defer func() {
+		if err != nil {
+			discardTemp(tmp)
+		}
+	}()
 	if durable {
 		if err := tmp.Sync(); err != nil {
 			return fmt.Errorf("sync %s: %w", tmp.Name(), err)
@@ -92,7 +113,7 @@ func writeFileAtomic(path string, durable bool, fill func(*os.File) error) (err 
 	if !durable {
 		return nil
 	}
-	return syncDir(dir)
+	return syncDir(filepath.Dir(path))
 }
 
 // syncDir makes a rename or unlink in dir durable.

@@ -41,7 +41,8 @@ const fuseDir = "fuse"
 // LoopBackend), so a consumer that reopens its device path gets its own volume back.
 type FuseBackend struct {
 	*LoopBackend
-	fs *fuseblock.FS
+	fs    *fuseblock.FS
+	begun begunCopies // fuse_snapshot.go
 }
 
 var _ Backend = (*FuseBackend)(nil)
@@ -189,6 +190,7 @@ const closeReleaseWait = 10 * time.Second
 func (b *FuseBackend) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseWait)
 	defer cancel()
+	b.begun.abortAll()
 	err := releaseDevicesIn(ctx, b.fs.MountPoint(), &b.locks)
 	return errors.Join(err, b.fs.Close())
 }

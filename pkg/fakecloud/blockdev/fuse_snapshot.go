@@ -6,29 +6,142 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
 // Snapshots and copies of an attached volume on the fuse backend are point-in-time on any filesystem: the
-// device is flushed, then fuseblock copies the file by copy-on-write while the guest keeps writing (see
-// fuseblock's cow.go). A detached volume is copied as in LoopBackend (reflink or sparse copy): nothing writes
-// it. The volume's lock is held for the whole copy, so a ResizeVolume, Detach or DeleteVolume of the volume
-// waits for it, and the size the copy recorded stays the volume's.
+// device is flushed (within flushBound), then fuseblock fixes the instant by its copy-on-write barrier, and
+// the copy runs while the guest keeps writing (see fuseblock's cow.go). A snapshot's instant is fixed by
+// CaptureSnapshot, in the CreateSnapshot call before its reply; the session it begins (or the reflink it
+// made under the barrier) waits in begun until a worker's CreateSnapshot finishes it, without the volume's
+// lock, since state holds the volume's resize, detach and deletion until the copy ends and the server refuses
+// size changes meanwhile. A detached volume is captured as in LoopBackend (reflink, or nothing writes it).
 
-// CreateSnapshot copies the volume's file as it was at one instant of its device.
+// begunCopies are the snapshots whose instant is fixed in this process and whose file is not complete yet.
+type begunCopies struct {
+	mu sync.Mutex
+	m  map[string]*begunCopy
+}
+
+type begunCopy struct {
+	p   *fuseblock.PointInTime
+	tmp *os.File
+}
+
+func (c *begunCopies) put(snapshotID string, b *begunCopy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]*begunCopy)
+	}
+	c.m[snapshotID] = b
+}
+
+// take removes and returns the snapshot's begun copy, nil when there is none.
+func (c *begunCopies) take(snapshotID string) *begunCopy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.m[snapshotID]
+	delete(c.m, snapshotID)
+	return b
+}
+
+// abortAll ends every begun copy (at Close: their sessions end with the server).
+func (c *begunCopies) abortAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, b := range c.m {
+		b.abort()
+		delete(c.m, id)
+	}
+}
+
+func (b *begunCopy) abort() {
+	b.p.Abort()
+	discardTemp(b.tmp)
+}
+
+// CaptureSnapshot fixes the snapshot's instant now: a flush of the device, then the copy-on-write barrier.
+func (b *FuseBackend) CaptureSnapshot(ctx context.Context, snapshotID, volumeID string) (Capture, error) {
+	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
+		return "", err
+	}
+	defer b.locks.lock(volumeID)()
+	attached, err := b.flushDevice(ctx, volumeID)
+	if err != nil {
+		return "", fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, err)
+	}
+	if !attached {
+		return b.captureLocked(snapshotID, volumeID, false)
+	}
+	path := b.store.snapshotFile(snapshotID)
+	tmp, err := tempFor(path)
+	if err != nil {
+		return "", err
+	}
+	p, err := b.fs.BeginPointInTime(volumeID, tmp)
+	if err != nil {
+		discardTemp(tmp)
+		return "", fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, notFoundIf(volumeID, err))
+	}
+	if p.Reflinked() {
+		// Complete under the barrier: made durable now, so a crash keeps it.
+		if _, err := p.Finish(ctx); err != nil {
+			discardTemp(tmp)
+			return "", err
+		}
+		if err := commitTemp(tmp, path, b.store.durable); err != nil {
+			return "", err
+		}
+		return CaptureComplete, nil
+	}
+	b.begun.put(snapshotID, &begunCopy{p: p, tmp: tmp})
+	return CaptureSession, nil
+}
+
+// CreateSnapshot finishes the snapshot's begun copy; without one (a detached volume, or a capture made before
+// a restart, which state does not replay for a session) it copies the volume's file as it is.
 func (b *FuseBackend) CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error {
 	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
 		return err
 	}
+	if c := b.begun.take(snapshotID); c != nil {
+		if _, err := c.p.Finish(ctx); err != nil {
+			discardTemp(c.tmp)
+			return fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, err)
+		}
+		return commitTemp(c.tmp, b.store.snapshotFile(snapshotID), b.store.durable)
+	}
 	defer b.locks.lock(volumeID)()
-	if !b.flushIfAttached(volumeID) {
+	if b.store.snapshotExists(snapshotID) {
+		return nil
+	}
+	attached, err := b.flushDevice(ctx, volumeID)
+	if err != nil {
+		return fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, err)
+	}
+	if !attached {
 		return b.store.createSnapshot(ctx, snapshotID, volumeID)
 	}
 	if err := b.copyAttached(ctx, b.store.snapshotFile(snapshotID), volumeID, 0); err != nil {
 		return fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, err)
 	}
 	return nil
+}
+
+// DeleteSnapshot also ends the snapshot's begun copy.
+func (b *FuseBackend) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+	if err := validateID("snapshot", snapshotID); err != nil {
+		return err
+	}
+	if c := b.begun.take(snapshotID); c != nil {
+		c.abort()
+	}
+	return b.LoopBackend.DeleteSnapshot(ctx, snapshotID)
 }
 
 // CopyVolume makes the new volume a copy of the source as it was at one instant of its device.
@@ -41,7 +154,11 @@ func (b *FuseBackend) CopyVolume(ctx context.Context, volumeID, sourceVolumeID s
 	}
 	defer b.locks.lock(sourceVolumeID)()
 	defer b.locks.lock(volumeID)()
-	if !b.flushIfAttached(sourceVolumeID) {
+	attached, err := b.flushDevice(ctx, sourceVolumeID)
+	if err != nil {
+		return fmt.Errorf("copy volume %s to %s: %w", sourceVolumeID, volumeID, err)
+	}
+	if !attached {
 		return b.store.copyVolume(ctx, volumeID, sourceVolumeID, sizeBytes)
 	}
 	if err := validSize(sizeBytes); err != nil {
@@ -63,18 +180,11 @@ func (b *FuseBackend) CopyVolume(ctx context.Context, volumeID, sourceVolumeID s
 	return nil
 }
 
-// flushIfAttached flushes the volume's device, if it has one, so that what the guest flushed is in the file,
-// and says whether it has one.
-func (b *FuseBackend) flushIfAttached(volumeID string) bool {
-	d, ok, err := hostSysfs().FindByBackingFile(b.bound(volumeID))
-	if err != nil || !ok {
-		return false
+func notFoundIf(volumeID string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("volume %s: %w", volumeID, ErrNotFound)
 	}
-	if err := syncLoop(d); err != nil {
-		klog.V(2).InfoS("Flushing device before copy failed, copying anyway", "volume", volumeID,
-			"device", d.Path(), "err", err)
-	}
-	return true
+	return err
 }
 
 // copyAttached writes a point-in-time copy of the volume to path, grown to growTo when that is larger, through a
@@ -83,11 +193,8 @@ func (b *FuseBackend) flushIfAttached(volumeID string) bool {
 func (b *FuseBackend) copyAttached(ctx context.Context, path, volumeID string, growTo int64) error {
 	return writeFileAtomic(path, b.store.durable, func(dst *os.File) error {
 		stats, err := b.fs.CopyPointInTime(ctx, volumeID, dst)
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("volume %s: %w", volumeID, ErrNotFound)
-		}
 		if err != nil {
-			return err
+			return notFoundIf(volumeID, err)
 		}
 		if growTo != 0 && growTo < stats.Size {
 			return fmt.Errorf("target size %d is smaller than volume %s of %d bytes", growTo, volumeID, stats.Size)

@@ -40,6 +40,8 @@ type LoopBackend struct {
 	// beforeCapacity runs between growing the file and the device's re-reading its size (FuseBackend: the
 	// kernel's idea of the FUSE file's size must catch up first).
 	beforeCapacity func(volumeID string, sizeBytes int64) error
+	// flushBound is FlushBound; tests shorten it.
+	flushBound time.Duration
 
 	mu sync.Mutex
 	// reserved maps loop numbers to the volume they were recorded or bound for; see the type's comment.
@@ -61,21 +63,29 @@ func NewLoopBackend(dataDir string, opts ...Option) (*LoopBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &LoopBackend{volumeFiles: volumeFiles{store: s}, bound: s.volumeFile, boundID: s.volumeIDOf,
+	b := &LoopBackend{volumeFiles: volumeFiles{store: s}, bound: s.volumeFile, boundID: s.volumeIDOf, flushBound: FlushBound,
 		reserved: map[int]string{}}
 	b.flush = b.flushDevice
 	return b, nil
 }
 
-// flushDevice writes the cached blocks of the volume's device, if one is bound, to its file. A copy goes on
-// even when the flush fails: it is as consistent as a crash, the promise EBS makes.
-func (b *LoopBackend) flushDevice(volumeID string) {
-	if d, ok, err := hostSysfs().FindByBackingFile(b.bound(volumeID)); err == nil && ok {
-		if err := syncLoop(d); err != nil {
-			klog.V(2).InfoS("Flushing device before copy failed, copying anyway", "volume", volumeID,
-				"device", d.Path(), "err", err)
-		}
+// flushDevice writes the cached blocks of the volume's device, if one is bound, to its file, and says whether
+// one is. A copy goes on when the flush fails (it is as consistent as a crash, the promise EBS makes), but not
+// when it hangs past flushBound: the caller gets ErrFlushTimeout and releases the volume's lock.
+func (b *LoopBackend) flushDevice(ctx context.Context, volumeID string) (bool, error) {
+	d, ok, err := hostSysfs().FindByBackingFile(b.bound(volumeID))
+	if err != nil || !ok {
+		return false, nil
 	}
+	if err := syncLoopBounded(ctx, d, b.flushBound); err != nil {
+		if errors.Is(err, ErrFlushTimeout) || ctx.Err() != nil {
+			klog.InfoS("Flushing device before copy timed out", "volume", volumeID, "device", d.Path(), "err", err)
+			return true, err
+		}
+		klog.V(2).InfoS("Flushing device before copy failed, copying anyway", "volume", volumeID,
+			"device", d.Path(), "err", err)
+	}
+	return true, nil
 }
 
 // DeleteVolume force-detaches first: a device still held keeps the unlinked inode until its holder lets go.

@@ -245,3 +245,20 @@ func syncLoop(d loopdev.Device) error {
 	}
 	return nil
 }
+
+// syncLoopBounded is syncLoop within FlushBound. A flush stuck in the kernel is left behind: its goroutine ends
+// whenever the device answers, and the caller goes on without it.
+func syncLoopBounded(ctx context.Context, d loopdev.Device, bound time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- syncLoop(d) }()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("flush %s for %v: %w", d.Path(), bound, ErrFlushTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("flush %s: %w", d.Path(), ctx.Err())
+	}
+}

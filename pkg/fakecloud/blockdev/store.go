@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -192,6 +194,40 @@ func (s fileStore) growVolume(id string, sizeBytes int64) error {
 	}
 	return nil
 }
+
+// snapshotExists reports whether the snapshot's file is made (files appear only once complete).
+func (s fileStore) snapshotExists(snapshotID string) bool {
+	_, err := os.Stat(s.snapshotFile(snapshotID))
+	return err == nil
+}
+
+// reflinkSnapshot makes the snapshot's file a reflink of the volume's, durably, and says whether the
+// filesystem could; it leaves nothing behind when it could not.
+func (s fileStore) reflinkSnapshot(snapshotID, volumeID string) (bool, error) {
+	src, err := os.Open(s.volumeFile(volumeID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("volume %s: %w", volumeID, ErrNotFound)
+	} else if err != nil {
+		return false, fmt.Errorf("open volume %s: %w", volumeID, err)
+	}
+	defer src.Close()
+	err = writeFileAtomic(s.snapshotFile(snapshotID), s.durable, func(dst *os.File) error {
+		if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+			return errNoReflink
+		}
+		return nil
+	})
+	if errors.Is(err, errNoReflink) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("snapshot %s of volume %s: %w", snapshotID, volumeID, err)
+	}
+	return true, nil
+}
+
+// errNoReflink: the filesystem cannot share the file's extents.
+var errNoReflink = errors.New("reflink unsupported")
 
 func (s fileStore) createSnapshot(ctx context.Context, snapshotID, volumeID string) error {
 	if err := copyFileAtomic(ctx, s.snapshotFile(snapshotID), s.volumeFile(volumeID), 0, s.durable); err != nil {

@@ -10,17 +10,51 @@ import (
 type volumeFiles struct {
 	store fileStore
 	locks keyedMutex
-	// flush writes an attached volume's cached blocks to its file before the file is copied (loop backend).
-	flush func(volumeID string)
+	// flush writes an attached volume's cached blocks to its file before the file is copied, and says whether
+	// the volume has a device (loop backend).
+	flush func(ctx context.Context, volumeID string) (attached bool, err error)
 }
 
-// CreateSnapshot copies the volume's file, flushed first, under the volume's lock.
+// CaptureSnapshot reflinks the volume's file, flushed first, into the snapshot's where the filesystem can;
+// elsewhere the copy is left to CreateSnapshot.
+func (f *volumeFiles) CaptureSnapshot(ctx context.Context, snapshotID, volumeID string) (Capture, error) {
+	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
+		return "", err
+	}
+	defer f.locks.lock(volumeID)()
+	attached, err := f.flushAttached(ctx, volumeID)
+	if err != nil {
+		return "", err
+	}
+	return f.captureLocked(snapshotID, volumeID, attached)
+}
+
+// captureLocked is CaptureSnapshot after the flush, under the volume's lock.
+func (f *volumeFiles) captureLocked(snapshotID, volumeID string, attached bool) (Capture, error) {
+	cloned, err := f.store.reflinkSnapshot(snapshotID, volumeID)
+	switch {
+	case err != nil:
+		return "", err
+	case cloned:
+		return CaptureComplete, nil
+	case attached:
+		return CaptureLive, nil
+	}
+	return CaptureFrozen, nil
+}
+
+// CreateSnapshot copies the volume's file, flushed first, under the volume's lock, unless its capture made it.
 func (f *volumeFiles) CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error {
 	if err := errors.Join(validateID("snapshot", snapshotID), validateID("volume", volumeID)); err != nil {
 		return err
 	}
 	defer f.locks.lock(volumeID)()
-	f.flushAttached(volumeID)
+	if f.store.snapshotExists(snapshotID) {
+		return nil
+	}
+	if _, err := f.flushAttached(ctx, volumeID); err != nil {
+		return err
+	}
 	return f.store.createSnapshot(ctx, snapshotID, volumeID)
 }
 
@@ -34,14 +68,17 @@ func (f *volumeFiles) CopyVolume(ctx context.Context, volumeID, sourceVolumeID s
 	}
 	defer f.locks.lock(sourceVolumeID)()
 	defer f.locks.lock(volumeID)()
-	f.flushAttached(sourceVolumeID)
+	if _, err := f.flushAttached(ctx, sourceVolumeID); err != nil {
+		return err
+	}
 	return f.store.copyVolume(ctx, volumeID, sourceVolumeID, sizeBytes)
 }
 
-func (f *volumeFiles) flushAttached(volumeID string) {
-	if f.flush != nil {
-		f.flush(volumeID)
+func (f *volumeFiles) flushAttached(ctx context.Context, volumeID string) (bool, error) {
+	if f.flush == nil {
+		return false, nil
 	}
+	return f.flush(ctx, volumeID)
 }
 
 func (f *volumeFiles) CreateVolume(_ context.Context, volumeID string, sizeBytes int64) error {

@@ -12,6 +12,10 @@ package fuseblock
 //     new ones wait, the real file is fsynced (so SEEK_DATA sees every extent written so far), the size is
 //     recorded and the session installed. That instant is the copy's point in time. If the destination can be
 //     reflinked to the source, the reflink is made right there under the barrier and no session is needed.
+//     BeginPointInTime is the barrier alone, so a caller can fix the instant (before answering a request) and
+//     run the copier later (PointInTime.Finish); until then writes keep the old bytes by copy-before-write.
+//   - Several sessions. A volume may have several sessions at once, each with its own instant, destination and
+//     claims; a write preserves its chunks in every one, in the order they were begun.
 //   - Copy-before-write. While a session runs, a write touching a chunk not yet copied first copies that
 //     chunk's bytes (still those of the point in time) to the destination, then writes. The policy is asked
 //     before the gate is entered, so a request a policy holds (latency, a hang) never holds up a barrier.
@@ -24,7 +28,8 @@ package fuseblock
 //     a chunk that is a hole when the copier looks is either untouched since the point in time (a hole then,
 //     nothing to copy) or was claimed by the write that changed it.
 //   - End. The copier's pass done, the gate's write side is taken once more: no write is inside a
-//     copy-before-write, the session is removed, and the destination is fsynced.
+//     copy-before-write, the session is removed, and the destination is fsynced. Abort removes a session the
+//     same way without copying the rest.
 //   - Failure. A destination error (ENOSPC, EIO) or the caller's context ending fails the session: the copier
 //     stops, later writes stop copying, and the caller gets the error and removes its file. A volume's write
 //     never fails because a copy did.
@@ -34,8 +39,8 @@ package fuseblock
 // ones cost fewer claims and syscalls for the copier. The kernel sends writes of up to 1 MiB (maxIO), so a
 // large sequential write claims two or three chunks; a 4 KiB random write copies 512 KiB once per chunk.
 //
-// The size cannot change during a session: the server refuses size changes (Setattr), and the blockdev
-// backend holds the volume's lock, which ResizeVolume waits for, for the whole copy.
+// The size cannot change during a session: the server refuses size changes (Setattr), and fakecloud's state
+// holds a volume's growth until its snapshots' copies end.
 
 import (
 	"context"
@@ -45,6 +50,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -57,9 +63,6 @@ import (
 // cowChunk is the unit of copy-before-write; see the design note above.
 const cowChunk = 512 << 10
 
-// ErrCopyInProgress means a point-in-time copy of the volume is already running.
-var ErrCopyInProgress = errors.New("a point-in-time copy of the volume is already running")
-
 // CopyStats says how a point-in-time copy was made.
 type CopyStats struct {
 	// Size is the volume's size at the point in time: the bytes dst holds.
@@ -71,25 +74,81 @@ type CopyStats struct {
 }
 
 // CopyPointInTime makes dst, an empty file, hold the bytes of the volume's file at one instant, while the
-// volume's device keeps being read and written. It returns when dst is complete and fsynced, or with an error
-// (the volume's I/O is never failed by one); dst is the caller's to rename into place or remove. It ends early
-// when ctx does or the filesystem closes. One copy runs at a time per volume (ErrCopyInProgress). A missing
-// volume file matches fs.ErrNotExist.
+// volume's device keeps being read and written: BeginPointInTime, then Finish. A missing volume file matches
+// fs.ErrNotExist.
 func (f *FS) CopyPointInTime(ctx context.Context, volumeID string, dst *os.File) (CopyStats, error) {
+	p, err := f.BeginPointInTime(volumeID, dst)
+	if err != nil {
+		return CopyStats{}, err
+	}
+	return p.Finish(ctx)
+}
+
+// PointInTime is a copy whose instant is fixed and whose bytes are not all in dst yet: from BeginPointInTime
+// on, every write to the volume first saves the chunks it changes into dst. Finish or Abort ends it.
+type PointInTime struct {
+	f   *FS
+	v   *cowVolume
+	src *os.File
+	dst *os.File
+	// ownsSrc: the copy closes src when done.
+	ownsSrc bool
+	s       *session // nil when reflinked: dst is complete
+	stats   CopyStats
+}
+
+// BeginPointInTime fixes the copy's instant now (the barrier of the design note): when it returns, dst holds
+// or will hold the volume's bytes of this instant, whatever is written later. Several copies of one volume may
+// run at once, each with its own instant.
+func (f *FS) BeginPointInTime(volumeID string, dst *os.File) (*PointInTime, error) {
 	name := volumeID + f.cfg.Suffix
 	if _, ok := f.volumeOf(name); !ok {
-		return CopyStats{}, fmt.Errorf("fuseblock: copy %q: %w", volumeID, fs.ErrNotExist)
+		return nil, fmt.Errorf("fuseblock: copy %q: %w", volumeID, fs.ErrNotExist)
 	}
 	src, err := os.Open(f.realPath(volumeID))
 	if err != nil {
-		return CopyStats{}, fmt.Errorf("fuseblock: copy volume %s: %w", volumeID, err)
+		return nil, fmt.Errorf("fuseblock: copy volume %s: %w", volumeID, err)
 	}
-	defer src.Close()
-	// The copy also ends when the filesystem closes.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(f.ctx, cancel)()
-	return f.volume(volumeID).copyPointInTime(ctx, src, dst, sessionOptions{})
+	v := f.volume(volumeID)
+	p, err := v.begin(src, dst, sessionOptions{})
+	if err != nil {
+		_ = src.Close()
+		return nil, err
+	}
+	p.f = f
+	return p, nil
+}
+
+// Reflinked says the copy was complete at its instant: Finish only syncs dst.
+func (p *PointInTime) Reflinked() bool { return p.s == nil }
+
+// Finish copies what writes have not saved yet and syncs dst. It returns when dst is complete, or with an
+// error (the volume's I/O is never failed by one); dst is the caller's to rename into place or remove. It
+// ends early when ctx does or the filesystem closes.
+func (p *PointInTime) Finish(ctx context.Context) (CopyStats, error) {
+	if p.f != nil {
+		// The copy also ends when the filesystem closes.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(p.f.ctx, cancel)()
+	}
+	return p.v.finish(ctx, p)
+}
+
+// Abort ends the copy without completing it: writes stop saving chunks into dst.
+func (p *PointInTime) Abort() {
+	if p.s != nil {
+		p.s.fail(context.Canceled)
+		p.v.remove(p.s)
+	}
+	p.closeSrc()
+}
+
+func (p *PointInTime) closeSrc() {
+	if p.ownsSrc {
+		_ = p.src.Close()
+	}
 }
 
 func (f *FS) realPath(volumeID string) string {
@@ -119,23 +178,21 @@ func (f *FS) forgetVolume(volumeID string) {
 	delete(f.volumes, volumeID)
 }
 
-// cowVolume is one volume's gate and running session.
+// cowVolume is one volume's gate and running sessions.
 type cowVolume struct {
 	// gate: read side for each write or fallocate (copy-before-write included), write side to start or end a
 	// session.
-	gate sync.RWMutex
-	s    *session // set and cleared under the gate's write side
-	// starting makes a second copy fail at once instead of queueing on the gate.
-	starting atomic.Bool
+	gate     sync.RWMutex
+	sessions []*session // changed under the gate's write side
 }
 
-// modify runs do, a write or fallocate of n bytes at off, after the chunks it touches have been copied by a
-// running session.
+// modify runs do, a write or fallocate of n bytes at off, after the chunks it touches have been copied by
+// every running session.
 func (v *cowVolume) modify(off, n int64, do func() error) error {
 	v.gate.RLock()
 	defer v.gate.RUnlock()
-	if v.s != nil {
-		v.s.preserve(off, n)
+	for _, s := range v.sessions {
+		s.preserve(off, n)
 	}
 	return do()
 }
@@ -151,47 +208,69 @@ type sessionOptions struct {
 	beforeChunk func(off int64)
 }
 
+// copyPointInTime is begin then finish; src stays the caller's.
 func (v *cowVolume) copyPointInTime(ctx context.Context, src, dst *os.File, o sessionOptions) (CopyStats, error) {
-	if !v.starting.CompareAndSwap(false, true) {
-		return CopyStats{}, ErrCopyInProgress
+	p, err := v.begin(src, dst, o)
+	if err != nil {
+		return CopyStats{}, err
 	}
-	defer v.starting.Store(false)
+	p.ownsSrc = false
+	return v.finish(ctx, p)
+}
+
+// begin syncs src (most dirty data is written back before the barrier, so the fsync inside it is short) and
+// takes the barrier. The returned copy closes src when done.
+func (v *cowVolume) begin(src, dst *os.File, o sessionOptions) (*PointInTime, error) {
 	if o.chunk == 0 {
 		o.chunk = cowChunk
 	}
 	if o.copy == nil {
 		o.copy = copyData
 	}
-	// Most dirty data is written back before the barrier, so the fsync inside it is short.
 	if err := src.Sync(); err != nil {
-		return CopyStats{}, fmt.Errorf("fuseblock: sync %s: %w", src.Name(), err)
+		return nil, fmt.Errorf("fuseblock: sync %s: %w", src.Name(), err)
 	}
-
 	s, stats, err := v.start(src, dst, o)
-	if err != nil || s == nil {
-		return stats, err
+	if err != nil {
+		return nil, err
 	}
-	klog.V(2).InfoS("Point-in-time copy started", "src", src.Name(), "size", s.size)
-	s.run(ctx)
+	if s != nil {
+		klog.V(2).InfoS("Point-in-time copy started", "src", src.Name(), "size", s.size)
+	}
+	return &PointInTime{v: v, src: src, dst: dst, ownsSrc: true, s: s, stats: stats}, nil
+}
 
-	v.gate.Lock()
-	v.s = nil
-	v.gate.Unlock()
-
-	stats.Chunks, stats.WriterChunks = s.copied.Load(), s.writerCopied.Load()
-	if err = s.failure(); err != nil {
-		err = fmt.Errorf("fuseblock: point-in-time copy of %s: %w", src.Name(), err)
-	} else {
-		if err = dst.Sync(); err != nil {
-			err = fmt.Errorf("fuseblock: sync copy %s: %w", dst.Name(), err)
+// finish runs the copier of a begun copy, removes its session and syncs dst.
+func (v *cowVolume) finish(ctx context.Context, p *PointInTime) (CopyStats, error) {
+	defer p.closeSrc()
+	stats, s := p.stats, p.s
+	var err error
+	if s != nil {
+		s.run(ctx)
+		v.remove(s)
+		stats.Chunks, stats.WriterChunks = s.copied.Load(), s.writerCopied.Load()
+		if err = s.failure(); err != nil {
+			err = fmt.Errorf("fuseblock: point-in-time copy of %s: %w", p.src.Name(), err)
+		}
+	}
+	if err == nil {
+		if err = p.dst.Sync(); err != nil {
+			err = fmt.Errorf("fuseblock: sync copy: %w", err)
 		}
 	}
 	if err != nil {
-		klog.InfoS("Point-in-time copy failed; the volume's I/O goes on", "src", src.Name(), "err", err)
+		klog.InfoS("Point-in-time copy failed; the volume's I/O goes on", "src", p.src.Name(), "err", err)
 		return stats, err
 	}
-	klog.V(2).InfoS("Point-in-time copy done", "src", src.Name(), "chunks", stats.Chunks, "writerChunks", stats.WriterChunks)
+	klog.V(2).InfoS("Point-in-time copy done", "src", p.src.Name(), "chunks", stats.Chunks, "writerChunks", stats.WriterChunks)
 	return stats, nil
+}
+
+// remove takes a session off the volume once no write is inside its copy-before-write.
+func (v *cowVolume) remove(s *session) {
+	v.gate.Lock()
+	defer v.gate.Unlock()
+	v.sessions = slices.DeleteFunc(v.sessions, func(x *session) bool { return x == s })
 }
 
 // start is the barrier: with no write in flight it syncs src, records the size, and either reflinks dst
@@ -215,12 +294,13 @@ func (v *cowVolume) start(src, dst *os.File, o sessionOptions) (*session, CopySt
 		return nil, stats, fmt.Errorf("fuseblock: size copy %s: %w", dst.Name(), err)
 	}
 	nChunks := (stats.Size + o.chunk - 1) / o.chunk
-	v.s = &session{
+	s := &session{
 		src: src, dst: dst, size: stats.Size, chunk: o.chunk, copy: o.copy, beforeChunk: o.beforeChunk,
 		done: make([]uint64, (nChunks+63)/64),
 		busy: make(map[int64]chan struct{}),
 	}
-	return v.s, stats, nil
+	v.sessions = append(v.sessions, s)
+	return s, stats, nil
 }
 
 // session is one running copy.

@@ -141,7 +141,7 @@ func TestCopyIdle(t *testing.T) {
 	if got, want := allocated(t, fx.dst), allocated(t, fx.src); got > want {
 		t.Fatalf("copy allocates %d bytes, the sparse source %d", got, want)
 	}
-	if fx.v.s != nil {
+	if len(fx.v.sessions) != 0 {
 		t.Fatal("session still installed after the copy")
 	}
 }
@@ -298,7 +298,7 @@ func TestCopyFailure(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("copy: err = %v, want %v", err, tc.wantErr)
 			}
-			if fx.v.s != nil {
+			if len(fx.v.sessions) != 0 {
 				t.Fatal("session still installed after a failure")
 			}
 			mu.Lock()
@@ -334,31 +334,44 @@ func TestCopyFailure(t *testing.T) {
 	}
 }
 
-// TestCopyInProgress: a second copy of the same volume is refused at once, not queued behind the first.
-func TestCopyInProgress(t *testing.T) {
+// TestCopiesWithTheirOwnInstants: two copies of one volume begun at different instants run side by side, and
+// each holds the volume as it was when it began, whatever was written between and after.
+func TestCopiesWithTheirOwnInstants(t *testing.T) {
 	fx := newCowFixture(t)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	fx.sessionOptions.beforeChunk = func(int64) {
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := fx.copy(context.Background())
-		done <- err
-	}()
-	<-held
-	if _, err := fx.v.copyPointInTime(context.Background(), fx.src, fx.dst, fx.sessionOptions); !errors.Is(err, ErrCopyInProgress) {
-		t.Fatalf("second copy: err = %v, want ErrCopyInProgress", err)
-	}
-	close(release)
-	if err := <-done; err != nil {
+	first, err := fx.v.begin(fx.src, fx.dst, fx.sessionOptions)
+	if err != nil {
 		t.Fatal(err)
 	}
+	first.ownsSrc = false
+	fx.write(t, 3*testChunk, 4096, 0xa1) // after the first instant, before the second
+	middle, err := os.ReadFile(fx.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst2, err := os.Create(fx.dst.Name() + ".2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst2.Close() })
+	second, err := fx.v.begin(fx.src, dst2, fx.sessionOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.ownsSrc = false
+	fx.write(t, 3*testChunk, 4096, 0xb2) // after both
+	fx.write(t, 41*testChunk, 8192, 0xb3)
+	for _, p := range []*PointInTime{second, first} {
+		if _, err := fx.v.finish(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fx.expectCopyIsBefore(t)
+	if got, err := os.ReadFile(dst2.Name()); err != nil || !bytes.Equal(got, middle) {
+		t.Fatalf("second copy (err %v) is not the volume at its own instant", err)
+	}
+	if len(fx.v.sessions) != 0 {
+		t.Fatal("sessions still installed after the copies")
+	}
 }
 
 // BenchmarkCopyBeforeWrite is the cost of a 4 KiB write into a data chunk the session has not copied yet,

@@ -18,6 +18,23 @@
 // cache above the loop device belongs to the guest (as a page cache above an EBS disk does), and I/O it
 // absorbs never reached EBS either. Measured choices are in blockdev's fuse_backend.go.
 //
+// Isolation of volumes. The loop driver's direct I/O is asynchronous (a kiocb with a completion), and the FUSE
+// kernel module sends asynchronous requests as "background" requests: a connection lets at most max_background
+// of them be in flight to the server; the next one waits in the kernel's bg_queue and, once the limit is
+// reached, the connection is "blocked" and every submitter of background I/O sleeps until a reply frees a
+// slot. The server only sees a request once it is in flight, so it cannot reorder or refuse what waits in the
+// kernel: a policy that holds or delays a request (a hang, a rate limit, a hydration fetch) keeps its slot
+// until it answers. With the kernel's default of 12, or the 128 used before, one held or throttled volume
+// filled the slots and stalled every volume on the mount (a 4 KiB read of an idle volume took seconds).
+// Invariant: max_background is the protocol's largest, 65535, and every volume's in-flight requests are
+// bounded by its own loop device, whose queue keeps at most nr_requests (128) requests of at most
+// max_sectors_kb (1280 KiB, two FUSE requests of maxIO) each: 256 per volume, so up to 255 bound devices
+// can never fill the slots, and a volume's held requests wait only in its own device's queue, never in a
+// shared one. Each held request costs the server a goroutine and, for a write, its payload buffer; fakecloud
+// runs far fewer attached volumes than that bound. BenchmarkFuseIsolation (blockdev) measures it. One FUSE
+// connection per volume would give the same isolation at the price of a mount per attach and N stale mounts
+// to clean after a crash.
+//
 // The server runs inside fakecloud: when the process dies, the kernel aborts the connection and every loop
 // device on the mount fails its I/O, as a disk does when its array goes away. The next start finds the stale
 // mount (ENOTCONN) with Inspect and removes it; blockdev re-binds the devices.
@@ -52,9 +69,11 @@ const (
 // (fs.fuse.max_pages_limit), so a 1 MiB bio is one round trip.
 const maxIO = 1 << 20
 
-// maxBackground bounds the asynchronous direct I/O requests the kernel keeps in flight per mount (the kernel's
-// default of 12 is shared by every volume on it).
-const maxBackground = 128
+// maxBackground bounds the asynchronous direct I/O requests the kernel keeps in flight on the mount, shared by
+// every volume on it: the largest the protocol carries (a uint16), so that no volume's held requests can use
+// up another's (see "Isolation of volumes" above). The kernel caps it only for mounts made without
+// CAP_SYS_ADMIN, which fakecloud needs to mount at all.
+const maxBackground = 65535
 
 // Op is the kind of an I/O request.
 type Op uint8
@@ -97,6 +116,19 @@ type IO struct {
 // to let it through. It is called concurrently, for many volumes at once.
 type Policy interface {
 	Before(ctx context.Context, io IO) error
+}
+
+// Forgetter is a Policy that keeps state per volume: FS.Forget tells it when a volume is deleted, so that its
+// state does not outlive the volume. A request for the volume after that is a new volume's.
+type Forgetter interface {
+	Forget(volumeID string)
+}
+
+// forgetIn tells p, or each policy of a Chain, that the volume is gone.
+func forgetIn(p Policy, volumeID string) {
+	if f, ok := p.(Forgetter); ok {
+		f.Forget(volumeID)
+	}
 }
 
 // NopPolicy lets every request through.
@@ -219,9 +251,11 @@ func (f *FS) Path(volumeID string) string {
 func (f *FS) MountPoint() string { return f.cfg.MountPoint }
 
 // Forget tells the kernel that the volume's file is gone (its real file was removed), so that a loop device
-// still holding it reports its backing file "(deleted)" as it does for a removed plain file.
+// still holding it reports its backing file "(deleted)" as it does for a removed plain file, and the policy
+// (a Forgetter) that the volume's state may go.
 func (f *FS) Forget(volumeID string) {
 	f.forgetVolume(volumeID)
+	forgetIn(f.policy, volumeID)
 	name := volumeID + f.cfg.Suffix
 	if child := f.root.GetChild(name); child != nil {
 		if errno := f.root.NotifyDelete(name, child); errno != 0 && errno != syscall.ENOENT {
@@ -305,6 +339,12 @@ func Chain(policies ...Policy) Policy {
 }
 
 type chain []Policy
+
+func (c chain) Forget(volumeID string) {
+	for _, p := range c {
+		forgetIn(p, volumeID)
+	}
+}
 
 func (c chain) Before(ctx context.Context, io IO) error {
 	for _, p := range c {

@@ -3,6 +3,7 @@ package fuseblock
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -88,7 +89,18 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if ino == 1 { // reserved for FUSE's root; let go-fuse pick
 		ino = 0
 	}
-	return r.NewInode(ctx, &volumeNode{fsys: r.fsys, id: id, path: path}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0
+	// go-fuse hands back the node it already has for the same identity, and the kernel may not have forgotten a
+	// deleted volume's node yet when the filesystem gives its inode number to a new volume's file: the
+	// generation, from the name, keeps that node (its ID and path) from serving the new volume.
+	attr := fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: nameGeneration(name)}
+	return r.NewInode(ctx, &volumeNode{fsys: r.fsys, id: id, path: path}, attr), 0
+}
+
+// nameGeneration is a served name's FNV-1a hash, the generation of its node.
+func nameGeneration(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
 }
 
 // Readdir lists the volume files, for people looking at the mount; the loop driver never lists.

@@ -62,7 +62,10 @@ type Policy struct {
 	volumes map[string]*volume
 }
 
-var _ fuseblock.Policy = (*Policy)(nil)
+var (
+	_ fuseblock.Policy    = (*Policy)(nil)
+	_ fuseblock.Forgetter = (*Policy)(nil)
+)
 
 // New makes the policy.
 func New(lookup Lookup, o Options) *Policy {
@@ -107,6 +110,14 @@ func (p *Policy) Before(ctx context.Context, io fuseblock.IO) error {
 		return nil
 	}
 	return p.read(ctx, v, io.Off, io.Len)
+}
+
+// Forget drops what the policy knows of a deleted volume (fuseblock.Forgetter), so that the records of
+// restored volumes do not pile up over create and delete cycles.
+func (p *Policy) Forget(volumeID string) {
+	p.mu.Lock()
+	delete(p.volumes, volumeID)
+	p.mu.Unlock()
 }
 
 // volume returns the volume's record, asking state the first time; nil when it needs no hydration (done, or

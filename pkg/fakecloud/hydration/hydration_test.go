@@ -3,11 +3,13 @@ package hydration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock/fuseblocktest"
 )
 
 // clock is a fake clock whose sleeps count and advance nothing (a fetch costs no simulated time, so the
@@ -171,4 +173,28 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatal("condition not reached")
+}
+
+// TestDeletedVolumesForgotten: restored volumes created, read and deleted one after another through a real
+// mount leave no record behind, as the fuse backend's deletion tells the policy (fuseblock's Forget).
+func TestDeletedVolumesForgotten(t *testing.T) {
+	clk := &clock{now: time.Unix(0, 0)}
+	cold := Progress{TotalBytes: 4 * mib, RateBytes: 1}
+	p := New(func(string) (Progress, bool) { return cold, true }, Options{Now: clk.Now, Sleep: clk.Sleep})
+	m := fuseblocktest.Serve(t, fuseblock.Chain(fuseblock.NopPolicy{}, p))
+	for i := range 50 {
+		id := fmt.Sprintf("vol-%d", i)
+		m.Create(id, cold.TotalBytes)
+		m.Read(id, 0, 4096)
+		m.Delete(id)
+	}
+	if clk.taken() == 0 {
+		t.Fatal("no read waited for a fetch: the policy did not see the volumes")
+	}
+	p.mu.Lock()
+	n := len(p.volumes)
+	p.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the policy still holds %d records after every volume was deleted", n)
+	}
 }

@@ -22,8 +22,9 @@
 // Limits come from a Lookup function (fakecloud's state, given by server.go), cached per volume and looked up
 // again at most every Options.Refresh (250 ms), by one request at a time while others go on with the cached
 // limits, so the hot path takes only the volume's own mutex. A volume the lookup does not know is not limited
-// and is forgotten, so deleted volumes leave nothing behind. When the limits change, bucket balances carry
-// over (capped at the new capacity), and a request already waiting keeps the wait it was given.
+// and is forgotten, and fuseblock's Forget drops a deleted one, so deleted volumes leave nothing behind. When
+// the limits change, bucket balances carry over (capped at the new capacity), and a request already waiting
+// keeps the wait it was given.
 package iolimits
 
 import (
@@ -66,7 +67,10 @@ type Policy struct {
 	volumes sync.Map // volume ID → *volume
 }
 
-var _ fuseblock.Policy = (*Policy)(nil)
+var (
+	_ fuseblock.Policy    = (*Policy)(nil)
+	_ fuseblock.Forgetter = (*Policy)(nil)
+)
 
 // New returns a Policy; opts.Lookup is required.
 func New(opts Options) *Policy {
@@ -84,6 +88,10 @@ func New(opts Options) *Policy {
 	}
 	return &Policy{opts: opts}
 }
+
+// Forget drops a deleted volume's buckets and counters (fuseblock.Forgetter): a volume gets no request after
+// its deletion, so the lookup alone would never find it gone.
+func (p *Policy) Forget(volumeID string) { p.volumes.Delete(volumeID) }
 
 // Stats are what a volume's I/O was counted and told to wait, since fakecloud first saw it.
 type Stats struct {

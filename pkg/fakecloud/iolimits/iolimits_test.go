@@ -10,6 +10,7 @@ import (
 
 	"github.com/diskforge/diskforge/internal/testutil"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock/fuseblocktest"
 )
 
 // harness is a Policy on a fake clock whose sleeper records the waits asked and, when advance is set, moves
@@ -323,5 +324,21 @@ func TestConcurrentVolumes(t *testing.T) {
 		if !ok || st.IOs < 1990 || st.IOs > 2000 {
 			t.Errorf("%s: %+v %v", id, st, ok)
 		}
+	}
+}
+
+// TestDeletedVolumeForgotten: a deleted volume's buckets go when the fuse backend deletes it (fuseblock's
+// Forget), although no request of it follows to find it unknown.
+func TestDeletedVolumeForgotten(t *testing.T) {
+	h := newHarness(t, false, map[string]Spec{"vol-1": {Type: "io2", SizeGiB: 10, Iops: 100}})
+	m := fuseblocktest.Serve(t, fuseblock.Chain(fuseblock.NopPolicy{}, h.p))
+	m.Create("vol-1", 1<<20)
+	m.Read("vol-1", 0, 4096)
+	if _, ok := h.p.Stats("vol-1"); !ok {
+		t.Fatal("the policy did not see the volume's read")
+	}
+	m.Delete("vol-1")
+	if _, ok := h.p.volumes.Load("vol-1"); ok {
+		t.Fatal("the deleted volume's buckets are still kept")
 	}
 }

@@ -49,10 +49,52 @@ type ioJob struct {
 	cancel context.CancelFunc
 }
 
-// jobOutcome is what a job's I/O gave.
+// jobOutcome is what a job's I/O gave; attempt counts the job's failures in a row, this one included.
 type jobOutcome struct {
-	device string
-	err    error
+	device  string
+	err     error
+	attempt int
+}
+
+// A job that keeps failing (a backend that cannot bind a device, say) is tried again after a delay that
+// doubles with each failure in a row, from stuckPoll up to maxRetryDelay, so a persistent failure costs a few
+// retries and log lines an hour rather than ten a second. A busy device (a mounted volume's detach) is not a
+// failure: it is polled every stuckPoll, so an unmount is noticed at once.
+const maxRetryDelay = 30 * time.Second
+
+// retryKey names a job for counting its failures in a row.
+type retryKey struct {
+	kind               jobKind
+	volumeID, snapshot string
+}
+
+func (j ioJob) retryKey() retryKey { return retryKey{j.kind, j.volumeID, j.snapshotID} }
+
+// retried reports whether a failure of the job is tried again (a snapshot's copy fails the snapshot instead).
+func (j ioJob) retried() bool { return j.kind != jobSnapshotCopy && j.kind != jobSnapshotRemove }
+
+// retryDelay is the wait after the attempt-th failure in a row.
+func retryDelay(attempt int) time.Duration {
+	d := stuckPoll
+	for i := 1; i < attempt && d < maxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryDelay)
+}
+
+// countFailure records a job's outcome in its run of failures and says how many failed in a row (0 on success).
+func (s *State) countFailure(j ioJob, err error) int {
+	var n int
+	s.withLock(func() {
+		k := j.retryKey()
+		if err == nil {
+			delete(s.failures, k)
+			return
+		}
+		s.failures[k]++
+		n = s.failures[k]
+	})
+	return n
 }
 
 // schedule records a job, to be started once the change that scheduled it is committed, and marks its volume
@@ -126,12 +168,19 @@ func (s *State) runJob(j ioJob) {
 	cancel()
 	<-s.slots
 	if out.err != nil && !errors.Is(out.err, context.Canceled) {
-		// A failed job is tried again once its outcome is applied; the volume stays busy meanwhile, so a
-		// persistent failure is retried every stuckPoll rather than in a tight loop.
+		// A failed job is tried again once its outcome is applied; the volume stays busy meanwhile, so the
+		// wait here spaces the retries (and their log lines).
+		wait := stuckPoll
+		if j.retried() && !errors.Is(out.err, blockdev.ErrBusy) {
+			out.attempt = s.countFailure(j, out.err)
+			wait = retryDelay(out.attempt)
+		}
 		select {
-		case <-time.After(stuckPoll):
+		case <-time.After(wait):
 		case <-s.jobsCtx.Done():
 		}
+	} else if out.err == nil && j.retried() {
+		s.countFailure(j, nil)
 	}
 	if s.jobsCtx.Err() != nil {
 		return
@@ -181,7 +230,7 @@ func (s *State) applyJob(now time.Time, j ioJob, out jobOutcome) {
 	switch j.kind {
 	case jobAttach:
 		if err != nil {
-			klog.ErrorS(err, "Binding block device failed; will retry", "volumeID", v.ID, "instanceID", j.instanceID)
+			klog.ErrorS(err, "Binding block device failed; will retry", "volumeID", v.ID, "instanceID", j.instanceID, "attempt", out.attempt)
 			return
 		}
 		if a := attachmentTo(v, j.instanceID); a != nil {
@@ -205,7 +254,7 @@ func (s *State) applyJob(now time.Time, j ioJob, out jobOutcome) {
 				s.markDirty(kindVolume, v.ID)
 			}
 		default:
-			klog.ErrorS(err, "Releasing block device failed; will retry", "volumeID", v.ID)
+			klog.ErrorS(err, "Releasing block device failed; will retry", "volumeID", v.ID, "attempt", out.attempt)
 		}
 	case jobResize:
 		m, ok := s.modifications[v.ID]
@@ -224,10 +273,10 @@ func (s *State) applyJob(now time.Time, j ioJob, out jobOutcome) {
 			s.markDirty(kindModification, v.ID)
 			return
 		}
-		klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", v.ID)
+		klog.ErrorS(err, "Growing volume failed; will retry", "volumeID", v.ID, "attempt", out.attempt)
 	case jobDelete:
 		if err != nil {
-			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", v.ID)
+			klog.ErrorS(err, "Deleting volume file failed; will retry", "volumeID", v.ID, "attempt", out.attempt)
 			return
 		}
 		if v.State == VolumeDeleting {
@@ -244,9 +293,8 @@ func (s *State) applyCopy(now time.Time, j ioJob, err error) {
 	sn, ok := s.snapshots[j.snapshotID]
 	switch {
 	case !ok:
-		if err == nil {
-			s.schedule(ioJob{kind: jobSnapshotRemove, snapshotID: j.snapshotID})
-		}
+		// Deleted meanwhile: its file, or what its capture holds, goes.
+		s.schedule(ioJob{kind: jobSnapshotRemove, snapshotID: j.snapshotID})
 		return
 	case !sn.Copying:
 		return

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -22,12 +23,38 @@ const (
 )
 
 // mountedBackend is the file backend with a guest's view: a volume marked mounted refuses a plain detach (busy),
-// as a mounted loop device does; every Detach is recorded with its force flag.
+// as a mounted loop device does; every Detach is recorded with its force flag. attachErr, when set, fails
+// every Attach (a host without free loop devices); attaches counts the calls.
 type mountedBackend struct {
 	blockdev.Backend
-	mu       sync.Mutex
-	mounted  map[string]bool
-	detaches []detachCall
+	mu        sync.Mutex
+	mounted   map[string]bool
+	detaches  []detachCall
+	attachErr error
+	attaches  int
+}
+
+func (b *mountedBackend) Attach(ctx context.Context, volumeID string) (string, error) {
+	b.mu.Lock()
+	b.attaches++
+	err := b.attachErr
+	b.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	return b.Backend.Attach(ctx, volumeID)
+}
+
+func (b *mountedBackend) failAttaches(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.attachErr = err
+}
+
+func (b *mountedBackend) attachCalls() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.attaches
 }
 
 type detachCall struct {
@@ -632,4 +659,26 @@ func TestRemoveInstance(t *testing.T) {
 	if err != nil || in.State != InstanceRunning {
 		t.Errorf("registered again: %+v, %v", in, err)
 	}
+}
+
+// TestFailingJobBacksOff: an attach whose device cannot be bound is retried with a delay that doubles from
+// stuckPoll, not every stuckPoll (about thirty tries, and as many error lines, in three seconds); once the
+// backend recovers, the attach completes.
+func TestFailingJobBacksOff(t *testing.T) {
+	c := newTestCloud(t)
+	c.backend.failAttaches(errors.New("no free loop device"))
+	vol := c.newVolume("us-east-1a")
+	if _, err := c.s.AttachVolume(AttachInput{VolumeID: vol, InstanceID: testInstance, Device: "/dev/xvdba"}); err != nil {
+		t.Fatal(err)
+	}
+	const window = 3 * time.Second
+	time.Sleep(window)
+	// 100+200+400+800+1600 ms of waits fit in the window: five or six tries.
+	if n := c.backend.attachCalls(); n < 2 || n > 7 {
+		t.Errorf("%d attach tries in %v; want a few, spaced by a doubling delay", n, window)
+	} else {
+		t.Logf("%d attach tries in %v", n, window)
+	}
+	c.backend.failAttaches(nil)
+	c.waitFor("attached once the backend recovers", func() bool { return c.attachmentState(vol) == AttachAttached })
 }

@@ -97,7 +97,7 @@ func (s *State) target(v *Volume, in ModifyInput) (*Modification, error) {
 	if m.TargetSize == m.OriginalSize && m.TargetType == m.OriginalType && m.TargetIops == m.OriginalIops &&
 		m.TargetThroughput == m.OriginalThrough && m.TargetMulti == m.OriginalMulti {
 		// Refused rather than started: a modification that changes nothing would spend one of the volume's few
-		// modifications a day, and EC2's own answer here is unverified (see README).
+		// modifications a day, and EC2's own answer here is unverified (see docs/fakecloud.md).
 		return nil, ec2err.New(ec2err.CodeInvalidParameterValue,
 			"The volume '%s' already has the requested configuration; a modification must change its size, type, IOPS, throughput or Multi-Attach.", v.ID)
 	}

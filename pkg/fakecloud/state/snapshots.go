@@ -1,6 +1,8 @@
 package state
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/diskforge/diskforge/pkg/fakecloud/blockdev"
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
 
@@ -23,12 +26,18 @@ type CreateSnapshotInput struct {
 // maxDescription is EC2's limit on a snapshot's description, in characters.
 const maxDescription = 255
 
-// CreateSnapshot records the snapshot pending and answers at once, as EC2 does; a worker copies the volume's
-// bytes meanwhile (iojobs.go), and the snapshot completes once the copy is done and its configured duration has
-// passed. The volume's deletion and detachment wait for the copy. After a crash the copy runs again (the point in
-// time moves to the restart), so a snapshot is never completed on a partial file.
+// CreateSnapshot fixes the snapshot's point in time before it answers, as EBS captures the instant of the
+// request: a first step checks the request and reserves the ID, holding the volume's transitions; the backend
+// then captures the volume outside the state lock (flush, then a reflink or the fuse backend's copy-on-write
+// barrier: blockdev.Capture); the record is committed last, so the reply is sent for an instant already fixed
+// and a state already durable. A worker copies the rest meanwhile (iojobs.go), and the snapshot completes once
+// the copy is done and its configured duration has passed. The volume's deletion, detachment, attachment and
+// growth wait for the copy. A capture that fails (a device whose flush hangs past blockdev.FlushBound) records
+// the snapshot in state error. After a crash a copy runs again only where the volume could not change
+// meanwhile (no device at the request) or the capture is on disk; a copy-on-write session died with the
+// process, and its snapshot goes to error rather than take a later instant.
 func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
-	var out Snapshot
+	var sn *Snapshot
 	err := s.mutate(func(now time.Time) error {
 		v, err := s.settledVolume(in.VolumeID)
 		if err != nil {
@@ -43,23 +52,84 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		if in.DryRun {
 			return ec2err.DryRun()
 		}
-		sn := &Snapshot{
-			ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; return ok }),
-			VolumeID: v.ID, State: SnapshotPending, Copying: true, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
+		sn = &Snapshot{
+			ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; _, r := s.reserved[id]; return ok || r }),
+			VolumeID: v.ID, State: SnapshotPending, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
 			Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, OwnerID: s.cfg.AccountID, Zone: v.Zone,
-			Tags: slices.Clone(in.Tags), DueAt: now.Add(s.cfg.Durations.Snapshot),
+			Tags: slices.Clone(in.Tags),
+		}
+		s.reserved[sn.ID] = struct{}{}
+		// Like a volume copy, the capture holds the volume's transitions until the record is in.
+		s.copying[v.ID]++
+		return nil
+	})
+	if err != nil {
+		if sn != nil {
+			// Reserved, then the commit failed.
+			s.withLock(func() { s.endCapture(sn) })
+		}
+		return Snapshot{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
+	capture, capErr := s.backend.CaptureSnapshot(ctx, sn.ID, sn.VolumeID)
+	cancel()
+	var out Snapshot
+	err = s.mutate(func(now time.Time) error {
+		s.endCapture(sn)
+		sn.DueAt = now.Add(s.cfg.Durations.Snapshot)
+		switch {
+		case capErr != nil:
+			klog.ErrorS(capErr, "Capturing the volume's point in time failed", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+			sn.State, sn.StatusMessage = SnapshotError, captureFailure(capErr)
+		case capture == blockdev.CaptureLive:
+			klog.InfoS("Snapshot's point in time is its copy's, not its request's: the loop backend over a filesystem "+
+				"without reflink has no instant copy of an attached volume", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+		}
+		sn.Capture = string(capture)
+		if sn.State == SnapshotPending && capture != blockdev.CaptureComplete {
+			sn.Copying = true
+			s.uncopied[sn.VolumeID]++
 		}
 		s.snapshots[sn.ID] = sn
 		s.snapshotIDs.insert(sn.ID)
-		s.uncopied[v.ID]++
 		s.markDirty(kindSnapshot, sn.ID)
 		s.markPending(kindSnapshot, sn.ID)
 		out = sn.view(now)
-		klog.V(2).InfoS("Snapshot started", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+		klog.V(2).InfoS("Snapshot started", "snapshotID", sn.ID, "volumeID", sn.VolumeID, "capture", capture)
 		return nil
 	})
+	if err != nil && capErr == nil {
+		// Not recorded: the capture goes (a file made is an orphan anyway; a session must end).
+		ctx, cancel := backendCtx()
+		defer cancel()
+		if derr := s.backend.DeleteSnapshot(ctx, sn.ID); derr != nil {
+			klog.ErrorS(derr, "Removing the capture of an unrecorded snapshot failed", "snapshotID", sn.ID)
+		}
+	}
 	return out, err
 }
+
+// endCapture ends the reservation of a snapshot's ID and its hold on the volume's transitions.
+func (s *State) endCapture(sn *Snapshot) {
+	delete(s.reserved, sn.ID)
+	s.endCopyOf(sn.VolumeID)
+	s.markPending(kindVolume, sn.VolumeID)
+}
+
+// captureTimeout bounds a capture: the flush's own bound, and the barrier's sync of the volume's file.
+const captureTimeout = 2 * blockdev.FlushBound
+
+// captureFailure is the statusMessage of a snapshot whose point in time could not be taken.
+func captureFailure(err error) string {
+	if errors.Is(err, blockdev.ErrFlushTimeout) {
+		return fmt.Sprintf("The volume's device did not finish flushing within %v; the snapshot was not taken.", blockdev.FlushBound)
+	}
+	return ec2err.As(storageError(err, 0)).Message
+}
+
+// lostInstant is the statusMessage of a snapshot whose point in time was held only by the process that
+// stopped before its copy completed.
+const lostInstant = "fakecloud stopped while the snapshot was being copied, and its point in time was kept only in memory; the snapshot was not taken."
 
 // endCopyOf ends a volume copy's hold on its source volume.
 func (s *State) endCopyOf(volumeID string) {

@@ -85,9 +85,11 @@ type State struct {
 	// Block I/O jobs (iojobs.go): scheduled under the lock, started once committed. ioBusy holds their volumes
 	// until the outcome is applied; copies cancels the snapshot copies in flight; slots bounds the workers;
 	// jobsCtx ends with Close.
-	jobs       []ioJob
-	ioBusy     map[string]struct{}
-	copies     map[string]context.CancelFunc
+	jobs   []ioJob
+	ioBusy map[string]struct{}
+	copies map[string]context.CancelFunc
+	// failures counts each job's failures in a row, which space its retries (iojobs.go).
+	failures   map[retryKey]int
 	slots      chan struct{}
 	workers    sync.WaitGroup
 	jobsCtx    context.Context
@@ -134,6 +136,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		copying:        map[string]int{},
 		ioBusy:         map[string]struct{}{},
 		copies:         map[string]context.CancelFunc{},
+		failures:       map[retryKey]int{},
 		slots:          make(chan struct{}, ioWorkers),
 		pending:        map[pendingKey]struct{}{},
 		dirty:          map[pendingKey]struct{}{},
@@ -154,6 +157,7 @@ func New(cfg Config, opts Options) (*State, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	s.failLostCaptures()
 	for _, spec := range cfg.Instances {
 		if _, ok := s.instances[spec.ID]; !ok {
 			s.putInstance(spec)
@@ -261,6 +265,21 @@ func (s *State) load() error {
 		}
 	}
 	return nil
+}
+
+// failLostCaptures, at start, fails the snapshots whose point in time only a copy-on-write session of the last
+// run held: copying again now would take a later instant. (A failed commit's reload keeps them: the sessions
+// of this run are alive.)
+func (s *State) failLostCaptures() {
+	for id, sn := range s.snapshots {
+		if !sn.Copying || sn.Capture != string(blockdev.CaptureSession) {
+			continue
+		}
+		klog.InfoS("Snapshot's point in time was lost with the last run; the snapshot fails", "snapshotID", id, "volumeID", sn.VolumeID)
+		sn.State, sn.StatusMessage = SnapshotError, lostInstant
+		s.setCopied(sn)
+		s.markDirty(kindSnapshot, id)
+	}
 }
 
 // reconcile gives every volume that holds a device after a restart its device again and releases the devices

@@ -88,6 +88,11 @@ func (s *State) finishDelete(v *Volume) bool {
 func (s *State) dropVolume(now time.Time, v *Volume) {
 	delete(s.volumes, v.ID)
 	s.volumeIDs.remove(v.ID)
+	for k := range s.failures {
+		if k.volumeID == v.ID {
+			delete(s.failures, k)
+		}
+	}
 	if v.ClientToken != "" {
 		delete(s.tokens, v.ClientToken)
 		s.bury(now, v)

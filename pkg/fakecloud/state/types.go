@@ -161,6 +161,9 @@ type Snapshot struct {
 	DueAt          time.Time `json:"dueAt,omitempty"`
 	// Copying: the volume's bytes are not all in the snapshot's file yet (a worker copies them).
 	Copying bool `json:"copying,omitempty"`
+	// Capture is how the point in time was fixed (blockdev.Capture), which says whether a copy cut short by a
+	// restart may run again.
+	Capture string `json:"capture,omitempty"`
 }
 
 // Instance is a machine volumes attach to: a node of a test cluster.

@@ -404,7 +404,7 @@ else
 fi
 step_done "load images"
 
-# --- 4. snapshot CRDs (from the Go module cache; see README "kind") ----------------------------------------
+# --- 4. snapshot CRDs (from the Go module cache; see docs/testing.md "kind") ----------------------------------------
 log "snapshot CRDs of external-snapshotter $snapshot_version"
 crd_dir=$(cd / && go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@$snapshot_version" |
 	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/config/crd
