@@ -2,6 +2,7 @@ package fakecloud_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -84,9 +85,9 @@ func (b *hookedBackend) Detach(ctx context.Context, volumeID string, force bool)
 	return b.detached.hold(ctx, volumeID)
 }
 
-func (b *hookedBackend) Reconcile(ctx context.Context, attached []string) error {
+func (b *hookedBackend) Reconcile(ctx context.Context, attached map[string]string) error {
 	b.mu.Lock()
-	b.reconciled = append(b.reconciled, attached...)
+	b.reconciled = slices.AppendSeq(b.reconciled, maps.Keys(attached))
 	b.mu.Unlock()
 	return b.Backend.Reconcile(ctx, attached)
 }

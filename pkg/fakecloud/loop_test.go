@@ -3,9 +3,11 @@ package fakecloud_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,6 +257,33 @@ func TestFuseDevicesRebindAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDetached(t, c, vol)
+}
+
+// TestFuseVolumesKeepDevicesAcrossRestart: after a restart each attached volume is on the loop device it had,
+// whatever order its ID sorts in, so a consumer that reopens its device path finds its own volume.
+func TestFuseVolumesKeepDevicesAcrossRestart(t *testing.T) {
+	first := startLoopCloud(t, fakecloud.BackendFuse)
+	c := first.EC2(t)
+	var vols []string
+	for range 3 {
+		vols = append(vols, availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(1)}))
+	}
+	// Attached against the order of their IDs: binding them again in that order would swap their devices.
+	slices.Sort(vols)
+	slices.Reverse(vols)
+	had := map[string]string{}
+	for i, vol := range vols {
+		attached(t, c, vol, first.Instances[zoneA], fmt.Sprintf("/dev/xvdb%c", 'a'+i))
+		had[vol] = first.Server.Backend.DevicePath(vol)
+	}
+	first.Close()
+
+	second := fakecloudtest.Start(t, fakecloudtest.Options{Backend: fakecloud.BackendFuse, DataDir: first.DataDir})
+	for _, vol := range vols {
+		if got := second.Server.Backend.DevicePath(vol); got != had[vol] {
+			t.Errorf("%s is on %q after the restart, was on %s", vol, got, had[vol])
+		}
+	}
 }
 
 func writeAt(t *testing.T, dev string, b []byte, off int64) {

@@ -207,6 +207,14 @@ func gone(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.ENODEV)
 }
 
+// NumberOf returns N of a loop device path ("/dev/loopN"); ok is false for any other path.
+func NumberOf(devicePath string) (n int, ok bool) {
+	if !strings.HasPrefix(devicePath, "/dev/") {
+		return 0, false
+	}
+	return loopNumber(filepath.Base(devicePath))
+}
+
 // loopNumber parses "loopN" with N in canonical decimal form; partitions ("loop0p1") and other devices are
 // rejected.
 func loopNumber(name string) (int, bool) {

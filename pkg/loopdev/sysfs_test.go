@@ -368,3 +368,25 @@ func TestBackedUnder(t *testing.T) {
 		t.Errorf("BackedUnder = %s, want [loop0 loop1 loop2]", got)
 	}
 }
+
+func TestNumberOf(t *testing.T) {
+	cases := []struct {
+		path string
+		want int
+		ok   bool
+	}{
+		{"/dev/loop0", 0, true},
+		{"/dev/loop17", 17, true},
+		{"/dev/loop0p1", 0, false},
+		{"/dev/loop01", 0, false},
+		{"/dev/nvme0n1", 0, false},
+		{"loop3", 0, false},
+		{"", 0, false},
+		{"/var/lib/fakecloud/volumes/vol-1.img", 0, false},
+	}
+	for _, tc := range cases {
+		if n, ok := NumberOf(tc.path); n != tc.want || ok != tc.ok {
+			t.Errorf("NumberOf(%q) = %d, %v; want %d, %v", tc.path, n, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -69,22 +69,39 @@ func (c *Cloud) attachOnce(ctx context.Context, volumeID, instanceID string) (*c
 // attachments). Only this error path describes the instance: a gone one (or one EC2 no longer knows) is
 // ErrInstanceGone, which matches ErrNotFound; a passing state stays ErrIncorrectState, named in the message.
 func (c *Cloud) instanceStateError(ctx context.Context, instanceID string, refused error) error {
-	in, err := c.GetInstance(ctx, instanceID)
-	var state string
+	state, gone, err := c.instanceGone(ctx, instanceID)
 	switch {
-	case errors.Is(err, cloud.ErrNotFound):
-		state = "no longer known"
 	case err != nil:
 		return refused
-	case cloud.IsInstanceGone(in.State):
-		state = in.State
-	default:
-		return fmt.Errorf("instance %s is %s: %w", instanceID, in.State, refused)
+	case !gone:
+		return fmt.Errorf("instance %s is %s: %w", instanceID, state, refused)
 	}
-	c.devices.forget(instanceID)
 	// EC2's code is kept for logs, but not its kinds: the instance is gone, not in a passing state.
-	return &cloud.Error{Op: "AttachVolume", Code: cloud.Code(refused), Message: fmt.Sprintf("instance %s is %s", instanceID, state),
+	return c.instanceGoneError("AttachVolume", cloud.Code(refused), instanceID, state)
+}
+
+// instanceGone reads whether the instance is gone: shutting down, terminated, or no longer known to EC2.
+// state names it for messages.
+func (c *Cloud) instanceGone(ctx context.Context, instanceID string) (state string, gone bool, err error) {
+	in, err := c.GetInstance(ctx, instanceID)
+	switch {
+	case errors.Is(err, cloud.ErrNotFound):
+		return "no longer known", true, nil
+	case err != nil:
+		return "", false, err
+	}
+	return in.State, cloud.IsInstanceGone(in.State), nil
+}
+
+// instanceGoneError is the answer for an attach to an instance found gone; its device names are forgotten.
+func (c *Cloud) instanceGoneError(op, code, instanceID, state string) error {
+	c.devices.forget(instanceID)
+	e := &cloud.Error{Op: op, Code: code, Message: fmt.Sprintf("instance %s is %s", instanceID, state),
 		Kinds: []error{cloud.ErrInstanceGone, cloud.ErrNotFound}}
+	if code == "" {
+		e.Err = errors.New(e.Message) // Error shows the message only next to a code
+	}
+	return e
 }
 
 // WaitForAttachment implements cloud.Cloud: the caller read the attachment (attaching, under a device) and
@@ -149,6 +166,8 @@ func (c *Cloud) waitAttached(ctx context.Context, volumeID, instanceID, device s
 		last = string(ec2types.VolumeAttachmentStateAttaching)
 	)
 	grace := graceClock{grace: c.wait.ConsistencyGrace}
+	// seenAttachment: a look showed the attachment. askedInstance: the instance was read since it went missing.
+	var seenAttachment, askedInstance bool
 	err := waitFor(ctx, c, c.volumes, waitAttach, volumeID, func(o observation[ec2types.Volume]) (bool, error) {
 		if o.err != nil {
 			return false, transientPollError(classify("DescribeVolumes", o.err), "volume attached", volumeID)
@@ -158,12 +177,22 @@ func (c *Cloud) waitAttached(ctx context.Context, volumeID, instanceID, device s
 		}
 		a := attachmentTo(o.value, instanceID)
 		if a == nil {
-			// Right after AttachVolume, EC2 may not show the attachment yet.
-			if grace.expired(true, o.at) {
+			// Right after AttachVolume, EC2 may not show the attachment yet. One that was seen and is gone, or
+			// that is still missing after the grace, is asked about once: an instance that ended takes its
+			// attachments with it, and that is NotFound, not a failed attach.
+			expired := grace.expired(true, o.at)
+			if (seenAttachment || expired) && !askedInstance {
+				askedInstance = true
+				if state, gone, err := c.instanceGone(ctx, instanceID); err == nil && gone {
+					return false, c.instanceGoneError(op, "", instanceID, state)
+				}
+			}
+			if expired {
 				return false, newError(op, cloud.ErrFailed, "attachment of %s to %s vanished", volumeID, instanceID)
 			}
 			return false, nil
 		}
+		seenAttachment, askedInstance = true, false
 		grace.expired(false, o.at)
 		last = string(a.State)
 		if stuckFor := o.at.Sub(since); a.State == ec2types.VolumeAttachmentStateAttaching && c.stuckAfter > 0 && stuckFor > c.stuckAfter {
@@ -291,12 +320,7 @@ func (c *Cloud) detachRefused(ctx context.Context, volumeID, instanceID string, 
 				"device", a.Device, "stuckFor", time.Since(a.AttachTime).Round(time.Second))
 			return true, c.detach(ctx, volumeID, instanceID, true)
 		}
-		in, ierr := c.GetInstance(ctx, instanceID)
-		if errors.Is(ierr, cloud.ErrNotFound) || ierr == nil && cloud.IsInstanceGone(in.State) {
-			state := "no longer known"
-			if in != nil {
-				state = in.State
-			}
+		if state, gone, ierr := c.instanceGone(ctx, instanceID); ierr == nil && gone {
 			klog.InfoS("Instance is gone; EC2 ends its attachment", "volumeID", volumeID, "instanceID", instanceID,
 				"instanceState", state, "attachmentState", a.State)
 			c.devices.forget(instanceID)

@@ -1,10 +1,17 @@
 package ec2cloud
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
@@ -169,4 +176,142 @@ func settledBurstLooks(t *testing.T, create, spread time.Duration, waits int) fl
 	}
 	wg.Wait()
 	return e.calls(t)["DescribeVolumes"] - before
+}
+
+// TestWaitDisturbedRecordsNothing: a wait whose poll failed, or whose look came long after its interval (a
+// cloud that was down while the SDK retried), measured the outage rather than the transition; it must leave
+// the estimate as it was. An undisturbed wait records its sample.
+func TestWaitDisturbedRecordsNothing(t *testing.T) {
+	cases := []struct {
+		name string
+		// disturb runs in the fetch of the numbered call (1 is the first) and returns its error.
+		disturb func(call int) error
+		want    int
+	}{
+		{"undisturbed", func(int) error { return nil }, 1},
+		{"a poll fails", func(call int) error {
+			if call == 2 {
+				return newError("DescribeVolumes", cloud.ErrUnavailable, "connection refused")
+			}
+			return nil
+		}, 0},
+		{"a look comes late", func(call int) error {
+			if call == 2 {
+				time.Sleep(1500 * time.Millisecond) // longer than lateLook past its interval
+			}
+			return nil
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Cloud{wait: WaitOptions{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}.withDefaults(),
+				metrics: newMetrics(nil), estimates: newDurationEstimates(0)}
+			var mu sync.Mutex
+			calls := 0
+			fetch := func(_ context.Context, ids []string) (map[string]int, error) {
+				mu.Lock()
+				calls++
+				n := calls
+				mu.Unlock()
+				if err := tc.disturb(n); err != nil {
+					return nil, err
+				}
+				return map[string]int{ids[0]: n}, nil
+			}
+			b := newBatcher("test", fetch, c.wait, c.metrics, nil)
+			err := waitFor(context.Background(), c, b, waitCreate, "vol-w", func(o observation[int]) (bool, error) {
+				if o.err != nil {
+					return false, transientPollError(o.err, "volume created", "vol-w")
+				}
+				return o.value >= 4, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.estimates.mu.Lock()
+			got := len(c.estimates.samples[waitCreate])
+			c.estimates.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("samples recorded = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// switchProxy forwards to a fakecloud that can be stopped and started again on the same data directory;
+// while none runs, connections are dropped, as a cloud that is down drops them.
+type switchProxy struct {
+	mu     sync.Mutex
+	target *url.URL
+}
+
+func (p *switchProxy) set(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = nil
+	if target != "" {
+		p.target, _ = url.Parse(target)
+	}
+}
+
+func (p *switchProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	if target == nil {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+}
+
+// TestWaitSpanningOutageRecordsNothing: fakecloud stopped and started again while a create waits. The create
+// ends once the cloud is back, but its wait measured the outage and must not teach the estimate.
+func TestWaitSpanningOutageRecordsNothing(t *testing.T) {
+	const create = 300 * time.Millisecond
+	dir := t.TempDir()
+	fo := fakecloudtest.Options{DataDir: dir, NoSync: true, Durations: state.Durations{VolumeCreate: create}}
+	fc := fakecloudtest.Start(t, fo)
+	proxy := &switchProxy{}
+	proxy.set(fc.URL)
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	o := fastOptions(fc, prometheus.NewRegistry())
+	o.Endpoint = front.URL
+	c, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range estimateMinSamples {
+		if _, err := c.CreateDisk(testCtx(t), fmt.Sprintf("pvc-learn-%d", i), cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	samples := func() int {
+		c.estimates.mu.Lock()
+		defer c.estimates.mu.Unlock()
+		return len(c.estimates.samples[waitCreate])
+	}
+	before := samples()
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.CreateDisk(testCtx(t), "pvc-outage", cloud.DiskOptions{Zone: zoneA, SizeGiB: 1})
+		done <- err
+	}()
+	time.Sleep(create / 3)
+	proxy.set("")
+	fc.Close()
+	time.Sleep(2 * time.Second)
+	fc = fakecloudtest.Start(t, fo)
+	proxy.set(fc.URL)
+	if err := <-done; err != nil {
+		t.Fatalf("create across the outage: %v", err)
+	}
+	if got := samples(); got != before {
+		t.Errorf("create samples %d -> %d: the wait that spanned the outage was recorded (estimate now %v, transition %v)",
+			before, got, c.estimates.firstPoll(waitCreate), create)
+	}
 }

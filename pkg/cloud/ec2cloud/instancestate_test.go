@@ -214,3 +214,30 @@ func TestAttachInUseByStoppedOrEndingInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachToInstanceTerminatedMidway: an attach in flight when its instance is terminated answers that the
+// instance is gone (NotFound for the CO), as soon as the attachment vanishes, and not a failed attach once
+// the eventual-consistency grace for a missing attachment has run out.
+func TestAttachToInstanceTerminatedMidway(t *testing.T) {
+	const grace = 10 * time.Second
+	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(0), Durations: state.Durations{Attach: time.Hour}},
+		func(o *Options) { o.Wait.ConsistencyGrace = grace })
+	d := e.mustCreate(t, "pvc-midway", cloud.DiskOptions{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.AttachDisk(ctxTimeout(t, 3*grace), d.ID, inst2)
+		done <- err
+	}()
+	fakecloudtest.WaitFor(t, 10*time.Second, "attachment attaching", func(context.Context) (bool, error) {
+		return hasAttachment(e.rawVolume(t, d.ID), inst2), nil
+	})
+	terminateInstance(t, e, inst2)
+	start := time.Now()
+	err := <-done
+	took := time.Since(start)
+	t.Logf("attach answered %v after the terminate: %v", took.Round(time.Millisecond), err)
+	wantKinds(t, err, cloud.ErrInstanceGone, cloud.ErrNotFound)
+	if took >= grace {
+		t.Errorf("attach answered after %v, when the grace for a missing attachment (%v) had run out", took, grace)
+	}
+}

@@ -108,6 +108,13 @@ const (
 	waitSnapshot       = "snapshot"
 )
 
+// lateLook is how much later than its interval a look may come (answered, counted from when it was due) and
+// still bracket the transition: a busy cloud answers within a few hundred milliseconds, a cloud that was
+// down (the SDK retrying through it) seconds late. A wait with a late look, or one that saw a poll fail,
+// records no sample: its time measures the outage, not the transition, and would make the next waits sleep
+// through transitions long over.
+const lateLook = time.Second
+
 // checkFunc judges an observation: done, failed (err), or neither (keep waiting).
 type checkFunc[T any] func(o observation[T]) (done bool, err error)
 
@@ -198,19 +205,25 @@ func waitFor[T any](ctx context.Context, c *Cloud, b *batcher[T], what, id strin
 		setTimer(start.Add(sleep))
 	case idle:
 		timer.Stop()
+		due = start
 		awaiting = true
 		sub.request()
 	default:
 		arm(start)
 	}
+	// disturbed: a poll failed or a look came late (see lateLook); the wait's time is no sample.
+	var disturbed bool
 	// observe takes the latest observation, if there is one: finished reports that the wait is over.
 	observe := func() (finished bool, err error) {
 		o, ok := sub.take()
 		if !ok {
 			return false, nil
 		}
+		if o.err != nil || o.at.Sub(due) > gap+lateLook {
+			disturbed = true
+		}
 		done, err := check(o)
-		if done && err == nil && !c.wait.FixedSchedule {
+		if done && err == nil && !c.wait.FixedSchedule && !disturbed {
 			// From when the calls were sent: on a busy cloud an answer can take longer than the transition.
 			notDone := time.Duration(0)
 			if !lastLook.IsZero() {

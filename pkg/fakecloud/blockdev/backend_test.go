@@ -234,7 +234,7 @@ func TestFileBackendReconcile(t *testing.T) {
 	if b2.DevicePath("vol-a") != "" {
 		t.Fatal("new instance knows an attachment before Reconcile")
 	}
-	err = b2.Reconcile(ctx, []string{"vol-b", "vol-missing"})
+	err = b2.Reconcile(ctx, map[string]string{"vol-b": "", "vol-missing": ""})
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Reconcile with a missing volume: err = %v, want ErrNotFound", err)
 	}

@@ -84,8 +84,9 @@ type Backend interface {
 	// DeleteSnapshot ends the snapshot's capture, if any, and removes its file. Missing is not an error.
 	DeleteSnapshot(ctx context.Context, snapshotID string) error
 	// Reconcile runs after a restart: every volume in attached gets a device again (found by its backing file or
-	// re-created); devices backed by files of this backend whose volume is not in attached are released.
-	Reconcile(ctx context.Context, attached []string) error
+	// bound again, on the device attached maps it to, the one it had, where the backend can); devices backed by
+	// files of this backend whose volume is not in attached are released.
+	Reconcile(ctx context.Context, attached map[string]string) error
 	// VolumeIDs and SnapshotIDs list the volumes and snapshots that have a finished file, so that state can
 	// remove files it holds no record of.
 	VolumeIDs() ([]string, error)

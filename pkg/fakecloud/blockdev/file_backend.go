@@ -78,10 +78,10 @@ func (b *FileBackend) DevicePath(volumeID string) string {
 
 // Reconcile replaces the in-memory attachment set with attached. Volumes without a file are reported and left
 // detached; the others are attached regardless.
-func (b *FileBackend) Reconcile(_ context.Context, attached []string) error {
+func (b *FileBackend) Reconcile(_ context.Context, attached map[string]string) error {
 	want := make(map[string]bool, len(attached))
 	var errs []error
-	for _, id := range attached {
+	for id := range attached {
 		if err := validateID("volume", id); err != nil {
 			errs = append(errs, err)
 			continue

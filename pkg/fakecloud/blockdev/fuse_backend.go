@@ -37,7 +37,8 @@ const fuseDir = "fuse"
 //
 // The devices live only as long as fakecloud: Close releases them (one still held is released when its
 // holder lets go) and unmounts, and after a crash the next start releases the devices of the stale mount and
-// detaches it. Reconcile binds the attached volumes again either way.
+// detaches it. Reconcile binds the attached volumes again either way, each on the loop number it had (see
+// LoopBackend), so a consumer that reopens its device path gets its own volume back.
 type FuseBackend struct {
 	*LoopBackend
 	fs    *fuseblock.FS
@@ -157,7 +158,7 @@ func (b *FuseBackend) DeleteVolume(ctx context.Context, volumeID string) error {
 // Reconcile first releases devices bound straight to volume files (a run on the loop backend): their I/O
 // would bypass the server, and two live devices of <id>.img would leave the node plugin unable to tell which
 // is the volume's.
-func (b *FuseBackend) Reconcile(ctx context.Context, attached []string) error {
+func (b *FuseBackend) Reconcile(ctx context.Context, attached map[string]string) error {
 	err := releaseDevicesIn(ctx, b.store.volumesPath(), &b.locks)
 	return errors.Join(err, b.LoopBackend.Reconcile(ctx, attached))
 }

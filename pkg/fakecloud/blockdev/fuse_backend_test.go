@@ -1,19 +1,15 @@
 package blockdev
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -273,15 +269,11 @@ const crashOffset = 3<<20 + 17
 // TestFuseCrashHelper is not a test: TestFuseBackendRestartAfterKill runs the test binary with it, as a
 // fakecloud that attaches a volume, writes through it and waits to be killed.
 func TestFuseCrashHelper(t *testing.T) {
-	dir := os.Getenv(crashHelperEnv)
-	if dir == "" {
+	b, _, ok := helperBackend(t, crashHelperEnv)
+	if !ok {
 		return
 	}
 	ctx := context.Background()
-	b, err := NewFuseBackend(ctx, dir, FuseOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := b.CreateVolume(ctx, "vol-a", 16<<20); err != nil {
 		t.Fatal(err)
 	}
@@ -306,49 +298,9 @@ func TestFuseBackendRestartAfterKill(t *testing.T) {
 	fuseCleanup(t, dir)
 	mnt := filepath.Join(dir, fuseDir)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFuseCrashHelper$")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // before fuseCleanup's release (cleanups run last first)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if dev, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- dev
-				break
-			}
-		}
-		close(ready)
-		_, _ = bufio.NewReader(out).WriteTo(&bytes.Buffer{}) // keep the pipe drained
-	}()
-	var oldDev string
-	select {
-	case d, ok := <-ready:
-		if !ok {
-			_ = cmd.Wait()
-			t.Fatalf("helper ended before attaching; stderr:\n%s", stderr.String())
-		}
-		oldDev = d
-	case <-time.After(60 * time.Second):
-		t.Fatalf("helper did not attach in time; stderr:\n%s", stderr.String())
-	}
+	h, oldDev := startCrashHelper(t, "TestFuseCrashHelper", crashHelperEnv, dir)
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	h.kill()
 	if state, err := fuseblock.Inspect(mnt); err != nil || state != fuseblock.Stale {
 		t.Fatalf("after kill -9 the mount is %v, %v; want stale", state, err)
 	}
@@ -368,12 +320,12 @@ func TestFuseBackendRestartAfterKill(t *testing.T) {
 		t.Fatalf("the dead device %s is still live: %+v, %v", oldDev, d, err)
 	}
 
-	if err := b.Reconcile(ctx, []string{"vol-a"}); err != nil {
+	if err := b.Reconcile(ctx, map[string]string{"vol-a": oldDev}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	dev := b.DevicePath("vol-a")
-	if dev == "" {
-		t.Fatal("vol-a has no device after Reconcile")
+	if dev != oldDev {
+		t.Fatalf("vol-a is on %q after Reconcile, want its old device %s", dev, oldDev)
 	}
 	expectAt(t, dev, crashOffset, crashPayload)
 	if left := devicesUnder(t, mnt); len(left) != 1 {

@@ -301,7 +301,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 		releaseUnderAtCleanup(t, dir)
-		dev, err := attachLoop(ctx, file, 0)
+		dev, err := attachLoop(ctx, file, 0, -1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 	}
 
 	b2, _ := newLoopBackendT(t, filepath.Join(base, "data"))
-	err := b2.Reconcile(ctx, []string{"vol-keep", "vol-new", "vol-missing"})
+	err := b2.Reconcile(ctx, map[string]string{"vol-keep": "", "vol-new": "", "vol-missing": ""})
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Reconcile with a volume that has no file: err = %v, want ErrNotFound", err)
 	}
@@ -335,7 +335,7 @@ func TestLoopBackendReconcile(t *testing.T) {
 
 	// Reconciling again changes nothing.
 	before := devicesUnder(t, b2.store.volumesPath())
-	if err := b2.Reconcile(ctx, []string{"vol-keep", "vol-new"}); err != nil {
+	if err := b2.Reconcile(ctx, map[string]string{"vol-keep": "", "vol-new": ""}); err != nil {
 		t.Fatalf("second Reconcile: %v", err)
 	}
 	if after := devicesUnder(t, b2.store.volumesPath()); strings.Join(after, " ") != strings.Join(before, " ") {
@@ -378,11 +378,81 @@ func TestBindLoopBusy(t *testing.T) {
 		t.Fatalf("second bind of loop%d: err = %v, want EBUSY", n, err)
 	}
 	// attachLoop itself gets past the taken device.
-	dev, err := attachLoop(ctx, files[1].Name(), 0)
+	dev, err := attachLoop(ctx, files[1].Name(), 0, -1, nil)
 	if err != nil {
 		t.Fatalf("attachLoop: %v", err)
 	}
 	if dev == "/dev/loop"+strconv.Itoa(n) {
 		t.Fatalf("attachLoop reused the busy device %s", dev)
+	}
+}
+
+// TestLoopBackendKeepsNumbers: Reconcile binds a volume whose device is gone on the number recorded for it; a
+// volume whose number another device holds is bound elsewhere, and its number is never given to another volume
+// while it stays attached.
+func TestLoopBackendKeepsNumbers(t *testing.T) {
+	ctx := context.Background()
+	b1, _ := newLoopBackendT(t, t.TempDir())
+	for _, id := range []string{"vol-x", "vol-y", "vol-z"} {
+		if err := b1.CreateVolume(ctx, id, 8<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another program's device holds the number recorded for vol-y.
+	foreignDir := t.TempDir()
+	releaseUnderAtCleanup(t, foreignDir)
+	foreignFile := filepath.Join(foreignDir, "other.img")
+	if err := os.WriteFile(foreignFile, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := attachLoop(ctx, foreignFile, 0, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takenN, _ := loopdev.NumberOf(taken)
+
+	old, err := b1.Attach(ctx, "vol-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The device is lost behind the backend's back (the fuse backend releases its devices at a restart).
+	releaseFile(t, b1.VolumeFile("vol-x"))
+
+	b2, _ := newLoopBackendT(t, b1.store.dataDir)
+	if err := b2.Reconcile(ctx, map[string]string{"vol-x": old, "vol-y": taken}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if got := b2.DevicePath("vol-x"); got != old {
+		t.Errorf("vol-x is on %q, want its recorded %s", got, old)
+	}
+	if got := b2.DevicePath("vol-y"); got == "" || got == taken {
+		t.Errorf("vol-y is on %q, want a device other than the taken %s", got, taken)
+	}
+
+	// The other program lets go; the number still belongs to vol-y.
+	releaseFile(t, foreignFile)
+	if got, err := b2.Attach(ctx, "vol-z"); err != nil || got == taken {
+		t.Errorf("vol-z attached on %q, %v; %s is vol-y's until it detaches", got, err, taken)
+	}
+	if err := b2.Detach(ctx, "vol-y", false); err != nil {
+		t.Fatal(err)
+	}
+	if b2.reservedToOthers("vol-z")(takenN) {
+		t.Errorf("loop%d still reserved after vol-y detached", takenN)
+	}
+}
+
+// releaseFile releases the live loop device of file, behind any backend's back.
+func releaseFile(t *testing.T, file string) {
+	t.Helper()
+	d, ok, err := hostSysfs().FindByBackingFile(file)
+	if err != nil || !ok {
+		t.Fatalf("device of %s: %v, %v", file, ok, err)
+	}
+	if _, err := clearLoop(d, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReleased(context.Background(), d); err != nil {
+		t.Fatal(err)
 	}
 }

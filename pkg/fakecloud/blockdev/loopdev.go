@@ -23,10 +23,12 @@ const (
 	releaseWait = 2 * time.Second
 )
 
-// attachLoop binds backingFile to a free loop device and returns "/dev/loopN". The device is bound without
-// autoclear, so it survives this process and stays until it is detached explicitly. flags are LO_FLAGS_* to
-// bind with (LO_FLAGS_DIRECT_IO); a kernel that refuses direct I/O for the file gets a buffered device.
-func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, error) {
+// attachLoop binds backingFile to loop device number want or, when want is negative, to a free device whose
+// number avoid does not refuse, and returns "/dev/loopN". The device is bound without autoclear, so it survives
+// this process and stays until it is detached explicitly. flags are LO_FLAGS_* to bind with
+// (LO_FLAGS_DIRECT_IO); a kernel that refuses direct I/O for the file gets a buffered device. Binding a wanted
+// number that is taken fails with an error matching unix.EBUSY.
+func attachLoop(ctx context.Context, backingFile string, flags uint32, want int, avoid func(n int) bool) (string, error) {
 	// A plain descriptor, not an *os.File: Go would register it with epoll, and epoll_ctl on a file of a FUSE
 	// filesystem served by this very process asks that server while holding the runtime's epoll lock.
 	fd, err := unix.Open(backingFile, unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -40,6 +42,12 @@ func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, 
 		return "", fmt.Errorf("open %s: %w", loopControl, err)
 	}
 	defer unix.Close(ctl)
+	if want >= 0 {
+		if err := addLoop(ctl, want); err != nil {
+			return "", err
+		}
+		return bindLoop(want, fd, backingFile, flags)
+	}
 
 	var lastErr error
 	for attempt := range attachAttempts {
@@ -48,9 +56,9 @@ func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, 
 				return "", err
 			}
 		}
-		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
+		n, err := freeLoop(ctl, avoid)
 		if err != nil {
-			return "", fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+			return "", err
 		}
 		dev, err := bindLoop(n, fd, backingFile, flags)
 		if errors.Is(err, unix.EBUSY) {
@@ -64,6 +72,40 @@ func attachLoop(ctx context.Context, backingFile string, flags uint32) (string, 
 		return dev, nil
 	}
 	return "", fmt.Errorf("no free loop device after %d attempts: %w", attachAttempts, lastErr)
+}
+
+// freeLoop returns the number of an unbound loop device that avoid does not refuse, creating the device when
+// it does not exist yet. The kernel offers the lowest unbound number; when that one is refused, the next
+// numbers that are neither refused nor bound are taken instead.
+func freeLoop(ctl int, avoid func(n int) bool) (int, error) {
+	n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return 0, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+	}
+	if avoid == nil || !avoid(n) {
+		return n, nil
+	}
+	for n++; ; n++ {
+		if avoid(n) {
+			continue
+		}
+		_, bound, err := hostSysfs().Read("loop" + strconv.Itoa(n))
+		if err != nil {
+			return 0, err
+		}
+		if !bound {
+			return n, addLoop(ctl, n)
+		}
+	}
+}
+
+// addLoop makes sure loop device n exists (LOOP_CTL_ADD); one that exists already is fine.
+func addLoop(ctl, n int) error {
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(ctl), unix.LOOP_CTL_ADD, uintptr(n))
+	if errno != 0 && errno != unix.EEXIST {
+		return fmt.Errorf("LOOP_CTL_ADD %d: %w", n, errno)
+	}
+	return nil
 }
 
 // bindLoop binds the open backing file to loop device n. An EBUSY error means someone else took the device.

@@ -287,23 +287,25 @@ func (s *State) failLostCaptures() {
 // the device it still has, for the replayed detach to release as it would have (busy while mounted), but is
 // not bound again when the release already happened and only its commit was lost.
 func (s *State) reconcile(ctx context.Context) error {
-	var bound []string
+	// bound maps each volume that keeps a device to the one it had: consumers reopen that path, so the backend
+	// binds the volume there again.
+	bound := map[string]string{}
 	for id, v := range s.volumes {
-		holds, leaving := false, true
+		hostDevice, leaving := "", true
 		for _, a := range v.Attachments {
 			if a.HostDevice != "" {
-				holds = true
+				hostDevice = a.HostDevice
 				leaving = leaving && (a.State == AttachDetaching || a.State == AttachBusy)
 			}
 		}
-		if holds && (!leaving || s.backend.DevicePath(id) != "") {
-			bound = append(bound, id)
+		if hostDevice != "" && (!leaving || s.backend.DevicePath(id) != "") {
+			bound[id] = hostDevice
 		}
 	}
 	if err := s.backend.Reconcile(ctx, bound); err != nil {
 		return fmt.Errorf("reconcile block devices: %w", err)
 	}
-	for _, id := range bound {
+	for id := range bound {
 		dev := s.backend.DevicePath(id)
 		v := s.volumes[id]
 		for i := range v.Attachments {
