@@ -3,6 +3,7 @@ package topology
 import (
 	"strings"
 
+	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/instancetypes"
 )
 
@@ -51,16 +52,10 @@ func ForeignVolumes(attached, ours []string) int {
 	return foreign
 }
 
-// DriverDevice reports whether name is one the controller attaches volumes under: /dev/xvdaa … /dev/xvddx, the
-// EBS CSI driver's series (pkg/cloud/ec2cloud hands them out). Nothing else in a cluster uses these names: the
-// root volume is /dev/xvda or /dev/sda1, node pools' extra volumes /dev/xvdb…, volumes attached by hand /dev/sdf….
+// DriverDevice reports whether name is one the controller attaches volumes under (cloud.DeviceNames), compared
+// as EC2 treats names (deviceKey).
 func DriverDevice(name string) bool {
-	k := deviceKey(name)
-	if len(k) != len("xvdaa") || !strings.HasPrefix(k, "xvd") {
-		return false
-	}
-	first, second := k[3], k[4]
-	return first >= 'a' && first <= 'd' && second >= 'a' && second <= 'z' && !(first == 'd' && second > 'x')
+	return cloud.IsDeviceName("/dev/" + deviceKey(name))
 }
 
 // deviceKey is a device name as EC2 identifies the slot: "/dev/sdf", "sdf" and "xvdf" are one.

@@ -3,7 +3,6 @@ package ec2cloud
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -11,20 +10,8 @@ import (
 	"github.com/diskforge/diskforge/pkg/cloud"
 )
 
-// deviceNames are the names AttachDisk hands out, the EBS CSI driver's series: /dev/xvdaa … /dev/xvddx
-// (/dev/xvddx is the last name of the /dev/xvd[a-z][a-z] series EC2 allows for EBS).
-var deviceNames = func() []string {
-	var names []string
-	for _, first := range "abcd" {
-		for _, second := range "abcdefghijklmnopqrstuvwxyz" {
-			names = append(names, fmt.Sprintf("/dev/xvd%c%c", first, second))
-			if first == 'd' && second == 'x' {
-				return names
-			}
-		}
-	}
-	return names
-}()
+// deviceNames are the names AttachDisk hands out (cloud.DeviceNames).
+var deviceNames = cloud.DeviceNames()
 
 // deviceAllocator hands out free device names per instance without asking EC2 on every attach: it learns an
 // instance's devices once, lazily, from DescribeInstances (batched with the learns of other instances), then
