@@ -24,6 +24,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
 	"github.com/diskforge/diskforge/pkg/fakecloud/imds"
 	"github.com/diskforge/diskforge/pkg/fakecloud/iofaults"
+	"github.com/diskforge/diskforge/pkg/fakecloud/kubenodes"
 	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
@@ -50,6 +51,15 @@ type options struct {
 	ioFaults    iofaults.Flag
 	timeouts    fakecloud.Timeouts
 	cfg         fakecloud.Config
+	kubeNodes   kubeNodesFlags
+}
+
+// kubeNodesFlags turn on the registration of the cluster's Nodes as instances (package kubenodes).
+type kubeNodesFlags struct {
+	enabled    bool
+	kubeconfig string
+	zones      string
+	opts       kubenodes.Options
 }
 
 func parseFlags() (*options, error) {
@@ -94,6 +104,10 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", 0, "volumes an instance can hold when it names no limit; 0 for its instance type's limit (m5.large: 26)")
 	flag.DurationVar(&o.timeouts.ReadHeader, "read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
 	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")
+	flag.BoolVar(&o.kubeNodes.enabled, "kube-nodes", false, "make every Kubernetes Node an instance (registered when it appears, terminated when it goes) and label it with its instance ID, zone and type; needs get, list, watch and patch on nodes")
+	flag.StringVar(&o.kubeNodes.kubeconfig, "kubeconfig", "", "with --kube-nodes, the kubeconfig of the cluster (default: in-cluster)")
+	flag.StringVar(&o.kubeNodes.zones, "kube-node-zones", strings.Join(kubenodes.DefaultZones(), ","), "with --kube-nodes, the zones Nodes without a zone label are spread over (each to the zone with fewest)")
+	flag.StringVar(&o.kubeNodes.opts.InstanceType, "kube-node-instance-type", kubenodes.DefaultInstanceType, "with --kube-nodes, the instance type of Nodes without a node.kubernetes.io/instance-type label")
 	imdsSpec := flag.String("imds", "", "serve the instance metadata service (IMDSv2) of instances as ID=ADDRESS,…, one listener each")
 	o.faultSpec.RegisterFlags(flag.CommandLine)
 	flag.Var(&o.ioFaults, "fault-io", "I/O faults of the fuse backend, repeatable or ';'-separated: "+iofaults.Grammar+
@@ -142,6 +156,11 @@ func parseFlags() (*options, error) {
 		return nil, err
 	}
 	o.cfg.IOFaults = o.ioFaults.Rules
+	for _, z := range strings.Split(o.kubeNodes.zones, ",") {
+		if z = strings.TrimSpace(z); z != "" {
+			o.kubeNodes.opts.Zones = append(o.kubeNodes.opts.Zones, z)
+		}
+	}
 	return o, nil
 }
 
@@ -176,7 +195,22 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, len(endpoints))
+	errc := make(chan error, len(endpoints)+1)
+	if o.kubeNodes.enabled {
+		nodes, err := newKubeNodes(o.kubeNodes, srv.State)
+		if err != nil {
+			return err
+		}
+		// The controller stops before the state closes (defers run last first).
+		done := make(chan struct{})
+		defer func() { stop(); <-done }()
+		go func() {
+			defer close(done)
+			if err := nodes.Run(ctx); err != nil {
+				errc <- err
+			}
+		}()
+	}
 	var servers []*http.Server
 	for _, ep := range endpoints {
 		ln, err := net.Listen("tcp", ep.addr)
@@ -197,6 +231,14 @@ func run() error {
 	}
 	klog.InfoS("Shutting down")
 	return shutdown(servers)
+}
+
+func newKubeNodes(f kubeNodesFlags, s *state.State) (*kubenodes.Controller, error) {
+	client, err := kubenodes.Client(f.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-nodes: %w", err)
+	}
+	return kubenodes.New(client, s, f.opts)
 }
 
 // shutdown stops every server gracefully within fakecloud.ShutdownTimeout.
