@@ -301,3 +301,31 @@ func TestOptionsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestReplacedNode: a Node deleted and created again under the same name (a new UID) is a new machine: the old
+// instance terminates, a new one runs, and the new Node is labelled with it.
+func TestReplacedNode(t *testing.T) {
+	e := startCloud(t, "")
+	client := fake.NewSimpleClientset(node("worker", "uid-old", nil, ""))
+	run(t, client, e.Server.State, kubenodes.Options{})
+	oldID := labeled(t, client, "worker")["worker"].Labels[topology.InstanceIDLabel]
+
+	ctx := context.Background()
+	if err := client.CoreV1().Nodes().Delete(ctx, "worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node("worker", "uid-new", nil, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := labeled(t, client, "worker")["worker"]
+	newID := n.Labels[topology.InstanceIDLabel]
+	if newID == oldID || newID != kubenodes.InstanceID(n) {
+		t.Fatalf("the new node's instance is %s (old %s), want %s", newID, oldID, kubenodes.InstanceID(n))
+	}
+	fakecloudtest.WaitFor(t, waitTime, "old instance terminated", func(context.Context) (bool, error) {
+		return instance(t, e.Server.State, oldID).State == state.InstanceTerminated, nil
+	})
+	if in := instance(t, e.Server.State, newID); in.State != state.InstanceRunning {
+		t.Errorf("the new node's instance is %s", in.State)
+	}
+}
