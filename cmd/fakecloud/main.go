@@ -195,7 +195,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, len(endpoints)+1)
+	errc := make(chan error, len(endpoints))
 	if o.kubeNodes.enabled {
 		nodes, err := newKubeNodes(o.kubeNodes, srv.State)
 		if err != nil {
@@ -206,9 +206,7 @@ func run() error {
 		defer func() { stop(); <-done }()
 		go func() {
 			defer close(done)
-			if err := nodes.Run(ctx); err != nil {
-				errc <- err
-			}
+			nodes.Run(ctx)
 		}()
 	}
 	var servers []*http.Server

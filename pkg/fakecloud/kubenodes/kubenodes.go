@@ -2,8 +2,8 @@
 // inside a cluster needs no list of instances: a Node that appears is registered, one that goes is terminated.
 //
 // Invariants a reader can check against the code:
-//   - One worker handles one Node name at a time (a workqueue), so the record of registered nodes (known) and
-//     the zone counts taken from it need no lock.
+//   - One worker takes Node names off a workqueue, one at a time, so the record of registered Nodes (known)
+//     and the zone counts taken from it need no lock; a Node's events while it waits collapse into one sync.
 //   - An instance's identity comes from the Node first (the instance-id label, then an aws:/// provider ID;
 //     the zone labels, then the provider ID's zone; the instance-type labels), then from the instance fakecloud
 //     already holds under that ID (a restart), and only then is made up: the ID from a hash of the Node's UID,
@@ -141,13 +141,14 @@ func Client(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Run watches Nodes until ctx ends.
-func (c *Controller) Run(ctx context.Context) error {
+// Run watches Nodes until ctx ends. An API server out of reach delays the registrations, and the informer
+// logs why; the EC2 API serves meanwhile.
+func (c *Controller) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
-		return fmt.Errorf("kube nodes: the Node cache did not sync: %w", ctx.Err())
+		return
 	}
 	klog.InfoS("Registering Kubernetes Nodes as instances", "zones", c.opts.Zones, "defaultInstanceType", c.opts.InstanceType)
 	go func() {
@@ -156,7 +157,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	for c.next(ctx) {
 	}
-	return nil
 }
 
 func (c *Controller) next(ctx context.Context) bool {

@@ -40,18 +40,14 @@ func run(t *testing.T, client kubernetes.Interface, cloud kubenodes.Cloud, opts 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	stopped := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		<-done
 	}
 	t.Cleanup(stop)
 	return stop
