@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +51,9 @@ const DefaultInstanceType = instancetypes.Default
 // maxRetries bounds how often one Node's registration is retried before the controller waits for its next
 // change: an unknown zone or type does not heal by retrying.
 const maxRetries = 8
+
+// listWarning is how long the first list of Nodes may take before Run says it is waiting.
+const listWarning = 30 * time.Second
 
 // Cloud is what the controller needs of fakecloud's state (*state.State).
 type Cloud interface {
@@ -145,9 +149,16 @@ func Client(kubeconfig string) (kubernetes.Interface, error) {
 // logs why; the EC2 API serves meanwhile.
 func (c *Controller) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
+	// The informer stops with ctx on its own; Run does not wait for it (factory.Shutdown), as a reflector
+	// backing off from an unreachable API server ends its wait, up to a minute, before it looks at ctx.
 	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	// The informer's own retries log only at higher verbosity.
+	slow := time.AfterFunc(listWarning, func() {
+		klog.ErrorS(nil, "The Nodes are not listed yet: is the API server reachable, and may fakecloud list and watch nodes?")
+	})
+	synced := cache.WaitForCacheSync(ctx.Done(), c.synced)
+	slow.Stop()
+	if !synced {
 		return
 	}
 	klog.InfoS("Registering Kubernetes Nodes as instances", "zones", c.opts.Zones, "defaultInstanceType", c.opts.InstanceType)
