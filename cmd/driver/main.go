@@ -16,11 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/internal/cli"
+	"github.com/diskforge/diskforge/internal/kubeclient"
 	"github.com/diskforge/diskforge/internal/version"
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/driver"
@@ -201,7 +200,7 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 	var client kubernetes.Interface
 	if o.nodeName != "" {
 		var clientErr error
-		if client, clientErr = kubeClient(o.kubeconfig); clientErr != nil {
+		if client, clientErr = kubeclient.New(o.kubeconfig); clientErr != nil {
 			client = nil // not a typed nil: no Node life without a client
 		}
 		fromNode = append(fromNode, func(ctx context.Context) (topology.NodeIdentity, error) {
@@ -257,20 +256,6 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 	}
 	node, err := driver.NewNodeServer(nodeOpts)
 	return node, life, err
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }
 
 // serveHTTP serves /metrics, /healthz and, when prestop is set, /prestop (the node-driver-registrar's preStop hook).

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskforge/diskforge/internal/cli"
+	"github.com/diskforge/diskforge/internal/kubeclient"
 	"github.com/diskforge/diskforge/pkg/fakecloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 	"github.com/diskforge/diskforge/pkg/fakecloud/hydration"
@@ -232,7 +233,7 @@ func run() error {
 }
 
 func newKubeNodes(f kubeNodesFlags, s *state.State) (*kubenodes.Controller, error) {
-	client, err := kubenodes.Client(f.kubeconfig)
+	client, err := kubeclient.New(f.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--kube-nodes: %w", err)
 	}

@@ -30,9 +30,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -128,21 +126,6 @@ func New(client kubernetes.Interface, cloud Cloud, opts Options) (*Controller, e
 		return nil, fmt.Errorf("kube nodes: %w", err)
 	}
 	return c, nil
-}
-
-// Client is a Kubernetes client from kubeconfig, or from the in-cluster config when kubeconfig is empty.
-func Client(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }
 
 // Run watches Nodes until ctx ends. An API server out of reach delays the registrations, and the informer
