@@ -46,7 +46,8 @@ type PaceOptions struct {
 	Off bool
 	// Limits are the buckets the pacer assumes, keyed as DefaultRequestLimits; nil takes those.
 	Limits map[string]Limit
-	// PollInterval spaces the batched Describe calls of waits while EC2 throttles any action. Default 1s.
+	// PollInterval spaces the batched Describe calls of a batcher while an action whose waits it serves runs
+	// at its bucket's refill rate. Default 1s.
 	PollInterval time.Duration
 }
 
@@ -100,6 +101,15 @@ const (
 	// fourth starts seven token times into the episode (1.4 s at 5 tokens a second), and random refusals
 	// would hardly ever make so many runs of evidence (batchers space their polls then: pollSpacing).
 	pacedPauses = 4
+	// rateCut is what a refused model call leaves of the model's refill rate: EC2 had no token where the model
+	// had one, so the account's bucket refills slower than the model (another client spends it too, or its
+	// limits are lower). Halving finds a bucket 5 times smaller in three refusals.
+	rateCut = 0.5
+	// rateGrowth is how much each accepted call grows the rate back, up to the limit: a halved rate is whole
+	// again after 22 accepted calls, so against a smaller bucket about one model call in 23 is refused.
+	rateGrowth = 1.0 / 32
+	// minRateShare bounds the cuts: the rate stays at least this share of the limit's.
+	minRateShare = 1.0 / 64
 )
 
 // ticketKind is how a call was let through: on a token of the model, or as a probe beyond it.
@@ -134,9 +144,12 @@ const (
 // clock: bucket does both, and tests drive it with times of their own.
 type bucketState struct {
 	limit Limit
-	// tokens are the model's, refilled to at.
-	tokens float64
-	at     time.Time
+	// tokens are the model's, refilled at rate to at. rate is limit.PerSecond at most, cut when EC2 refuses
+	// model calls (at most once a token time: lastCut) and grown back as it accepts calls.
+	tokens  float64
+	at      time.Time
+	rate    float64
+	lastCut time.Time
 
 	// window is how many probes may be in flight; probesGranted counts the probes let go, and probesDone
 	// those that have ended (the difference is in flight).
@@ -155,16 +168,40 @@ type bucketState struct {
 	n, next int
 }
 
+// newBucketState starts the model empty: a driver that just started does not know what the account's bucket
+// holds (a driver before it, or another client, may have emptied it), so its first calls go as probes, one at
+// first, more as EC2 accepts them.
 func newBucketState(l Limit, now time.Time) *bucketState {
-	return &bucketState{limit: l, tokens: float64(l.Burst), at: now, window: initialWindow}
+	return &bucketState{limit: l, at: now, rate: l.PerSecond, window: initialWindow}
 }
+
+// tokenTime is how long the model takes to refill one token at its rate (0 when it has none).
+func (s *bucketState) tokenTime() time.Duration {
+	if s.rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / s.rate)
+}
+
+// cutRate halves the model's rate, once per token time: the calls one token time let through met the same
+// bucket, as TCP cuts its window once per round trip.
+func (s *bucketState) cutRate(now time.Time) {
+	if !s.lastCut.IsZero() && now.Sub(s.lastCut) < s.tokenTime() {
+		return
+	}
+	s.rate = max(s.rate*rateCut, s.limit.PerSecond*minRateShare)
+	s.lastCut = now
+}
+
+// growRate gives a share of the rate back for a call EC2 accepted.
+func (s *bucketState) growRate() { s.rate = min(s.rate*(1+rateGrowth), s.limit.PerSecond) }
 
 // refill brings the model to now. A full bucket ends a throttled episode: the action has been calm for as
 // long as EC2 takes to refill it, so probing starts again from the initial window. It reports whether an
 // episode ended.
 func (s *bucketState) refill(now time.Time) (ended bool) {
 	if now.After(s.at) {
-		s.tokens += s.limit.PerSecond * now.Sub(s.at).Seconds()
+		s.tokens += s.rate * now.Sub(s.at).Seconds()
 		s.at = now
 	}
 	if s.tokens < float64(s.limit.Burst) {
@@ -200,8 +237,8 @@ func (s *bucketState) grant(now time.Time) (t ticket, ok bool, wait time.Duratio
 		s.probesGranted++
 		return ticket{kind: ticketProbe}, true, 0
 	}
-	if s.limit.PerSecond > 0 {
-		wait = time.Duration(math.Ceil((1 - s.tokens) / s.limit.PerSecond * float64(time.Second)))
+	if s.rate > 0 {
+		wait = time.Duration(math.Ceil((1 - s.tokens) / s.rate * float64(time.Second)))
 	}
 	if probeRoom && (wait == 0 || s.pausedUntil.Sub(now) < wait) {
 		wait = s.pausedUntil.Sub(now)
@@ -233,6 +270,7 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 		// EC2 had a token the model did not, and has one less now: it is no emptier than the model at 0. (A
 		// model call that raced the probe and found EC2 empty is refused, and empties the model in turn.)
 		s.tokens = max(s.tokens-1, 0)
+		s.growRate()
 		s.refusedProbes = 0
 		s.acceptedProbes++
 		switch {
@@ -246,6 +284,7 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	case o == outcomeAccepted:
 		if !raced {
 			s.sample(false)
+			s.growRate()
 		}
 	case o == outcomeRefused && t.kind == ticketProbe:
 		s.acceptedProbes = 0
@@ -262,10 +301,12 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	case o == outcomeRefused:
 		// EC2's bucket held less than a token when the model had one: it is ahead of EC2 (other clients spend
 		// the account's tokens too), and is now as empty as EC2's. Were the refused call's token given back,
-		// the next call would go at once and be refused in turn until EC2 caught up.
+		// the next call would go at once and be refused in turn until EC2 caught up. Unless a probe may have
+		// taken EC2's token, the bucket also refills slower than the model: the rate is cut.
 		s.tokens = min(s.tokens, 0)
 		if !raced {
 			s.sample(true)
+			s.cutRate(now)
 		}
 	}
 	return false
@@ -276,8 +317,8 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 func (s *bucketState) pause(now time.Time) (first bool) {
 	s.pauses++
 	d := maxProbePause
-	if s.limit.PerSecond > 0 && s.pauses < 32 {
-		d = min(maxProbePause, time.Duration(float64(time.Second)/s.limit.PerSecond*float64(uint64(1)<<(s.pauses-1))))
+	if tt := s.tokenTime(); tt > 0 && s.pauses < 32 {
+		d = min(maxProbePause, time.Duration(float64(tt)*math.Exp2(float64(s.pauses-1))))
 	}
 	s.pausedUntil = now.Add(d)
 	return s.pauses == 1
@@ -474,19 +515,17 @@ func logThrottling(action string, l Limit, throttled bool) {
 	klog.InfoS("EC2 no longer throttles an action", "action", action)
 }
 
-// pollSpacing is the least time between two batched Describe calls of one batcher: PollInterval while any
-// action runs at its bucket's refill rate (the calls the polls would let go next wait for tokens anyway),
-// else 0.
-func (p *pacer) pollSpacing() time.Duration {
-	p.mu.Lock()
-	buckets := make([]*bucket, 0, len(p.buckets))
-	for _, b := range p.buckets {
-		if b != nil {
-			buckets = append(buckets, b)
+// pollSpacing is the least time between two batched Describe calls of a batcher whose waits follow calls of
+// actions: PollInterval while one of them runs at its bucket's refill rate (the calls the polls would let go
+// next wait for tokens anyway), else 0. Other batchers poll as they would.
+func (p *pacer) pollSpacing(actions ...string) time.Duration {
+	for _, action := range actions {
+		p.mu.Lock()
+		b := p.buckets[action]
+		p.mu.Unlock()
+		if b == nil {
+			continue
 		}
-	}
-	p.mu.Unlock()
-	for _, b := range buckets {
 		b.mu.Lock()
 		paced := b.s.paced()
 		b.mu.Unlock()
