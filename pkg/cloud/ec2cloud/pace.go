@@ -79,8 +79,10 @@ func limitOf(limits map[string]Limit, action string) (Limit, bool) {
 const (
 	// initialWindow is how many calls beyond the model may be in flight before any has been answered.
 	initialWindow = 1
-	// maxWindow bounds the calls beyond the model in flight.
-	maxWindow = 1 << 12
+	// maxWindow bounds the calls beyond the model in flight, and so the calls EC2 refuses at once when its
+	// bucket runs dry under a burst. Sixteen in flight let several hundred calls a second go at EC2's round
+	// trips, far beyond any default bucket's refill.
+	maxWindow = 16
 	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
 	// model calls would make such a run this unlikely: with none seen yet, two refusals; with many seen and
 	// none refused, one; with 30 % of them refused, six.
@@ -106,8 +108,8 @@ const (
 	// limits are lower). Halving finds a bucket 5 times smaller in three refusals.
 	rateCut = 0.5
 	// rateGrowth is how much each accepted call grows the rate back, up to the limit: a halved rate is whole
-	// again after 22 accepted calls, so against a smaller bucket about one model call in 23 is refused.
-	rateGrowth = 1.0 / 32
+	// again after 45 accepted calls, so against a smaller bucket about one model call in 46 is refused.
+	rateGrowth = 1.0 / 64
 	// minRateShare bounds the cuts: the rate stays at least this share of the limit's.
 	minRateShare = 1.0 / 64
 )

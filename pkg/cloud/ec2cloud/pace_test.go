@@ -263,8 +263,8 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 			calls: []call{refused(0), refused(time.Second), refused(3 * time.Second), refused(6 * time.Second), refused(12 * time.Second),
 				refused(24 * time.Second), refused(48 * time.Second), refused(96 * time.Second), refused(200 * time.Second)},
 			want: 8.0 / 64},
-		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+1.0/32, 22)},
-		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 40)...), want: 8},
+		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+rateGrowth, 22)},
+		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 80)...), want: 8},
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
