@@ -82,7 +82,7 @@ const (
 	// maxWindow bounds the calls beyond the model in flight, and so the calls EC2 refuses at once when its
 	// bucket runs dry under a burst. Sixteen in flight let several hundred calls a second go at EC2's round
 	// trips, far beyond any default bucket's refill.
-	maxWindow = 16
+	maxWindow = 64
 	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
 	// model calls would make such a run this unlikely: with none seen yet, two refusals; with many seen and
 	// none refused, one; with 30 % of them refused, six.
@@ -110,6 +110,11 @@ const (
 	// rateGrowth is how much each accepted call grows the rate back, up to the limit: a halved rate is whole
 	// again after 45 accepted calls, so against a smaller bucket about one model call in 46 is refused.
 	rateGrowth = 1.0 / 64
+	// noisePrior is the share of refused model calls assumed before any is seen, worth one call: as many as
+	// EC2 refuses at random in make bench's noisy case. A driver starts with an empty model, so its first
+	// calls are probes: were a few refused probes enough to pause them, random refusals would pause a fresh
+	// driver for seconds; against an empty bucket, it costs a few refused calls more.
+	noisePrior = 0.3
 	// minRateShare bounds the cuts: the rate stays at least this share of the limit's.
 	minRateShare = 1.0 / 64
 )
@@ -303,12 +308,15 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	case o == outcomeRefused:
 		// EC2's bucket held less than a token when the model had one: it is ahead of EC2 (other clients spend
 		// the account's tokens too), and is now as empty as EC2's. Were the refused call's token given back,
-		// the next call would go at once and be refused in turn until EC2 caught up. Unless a probe may have
+		// the next call would go at once and be refused in turn until EC2 caught up. While the action is
+		// throttled (probes have shown the bucket empty, so this is not noise), and unless a probe may have
 		// taken EC2's token, the bucket also refills slower than the model: the rate is cut.
 		s.tokens = min(s.tokens, 0)
 		if !raced {
 			s.sample(true)
-			s.cutRate(now)
+			if s.throttled() {
+				s.cutRate(now)
+			}
 		}
 	}
 	return false
@@ -318,9 +326,11 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 // refill one token.
 func (s *bucketState) pause(now time.Time) (first bool) {
 	s.pauses++
+	// From the limit's token time, not the learned rate's: random refusals cut that rate too, and probing
+	// must not stop for long because of them.
 	d := maxProbePause
-	if tt := s.tokenTime(); tt > 0 && s.pauses < 32 {
-		d = min(maxProbePause, time.Duration(float64(tt)*math.Exp2(float64(s.pauses-1))))
+	if s.limit.PerSecond > 0 && s.pauses < 32 {
+		d = min(maxProbePause, time.Duration(float64(time.Second)/s.limit.PerSecond*math.Exp2(float64(s.pauses-1))))
 	}
 	s.pausedUntil = now.Add(d)
 	return s.pauses == 1
@@ -341,7 +351,7 @@ func (s *bucketState) noise() float64 {
 			refused++
 		}
 	}
-	return (float64(refused) + 0.03) / float64(s.n+1)
+	return (float64(refused) + noisePrior) / float64(s.n+1)
 }
 
 // throttled reports whether EC2 has throttled calls beyond the model in this episode.

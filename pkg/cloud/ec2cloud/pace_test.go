@@ -110,10 +110,10 @@ func TestBucketState(t *testing.T) {
 				one(probe(100*ms, false)), one(probe(100*ms, false)), one(wait(100*ms, 200*ms, false)), one(model(300*ms, false))),
 		},
 		{
-			// Noise 0.03/33: one refused probe is evidence.
-			name:     "a refused probe, with no model call refused, pauses probing a refill interval, then twice as long",
+			// Noise 0.3/33: two refused probes are evidence, and every one after them in the episode.
+			name:     "two refused probes, with no model call refused, pause probing a refill interval, then twice as long",
 			accepted: 32,
-			steps: steps(grants(0, 3),
+			steps: steps(grants(0, 3), probeRefusals(0, 1, false),
 				one(probe(0, false)),
 				one(paceStep{op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true, checkPaced: true}),
 				one(wait(100*ms, 100*ms, true)),
@@ -132,50 +132,50 @@ func TestBucketState(t *testing.T) {
 					checkPaced: true, wantPaced: true})),
 		},
 		{
-			name: "a refused model call empties the model (its token is not given back) and halves its rate",
+			name: "a refused model call empties the model: its token is not given back",
 			steps: steps(grants(0, 3), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 400*ms, false))),
+				one(probe(0, false)), one(wait(0, 200*ms, false))),
 		},
 		{
 			name: "a refused model call empties the model of the tokens it still had",
 			steps: steps(grants(0, 1), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 400*ms, false))),
+				one(probe(0, false)), one(wait(0, 200*ms, false))),
 		},
 		{
-			// Noise 10.03/33: its 5th power > 0.001 > its 6th.
+			// Noise 10.3/33: its 5th power > 0.001 > its 6th.
 			name:     "random refusals of model calls make refused probes weaker evidence",
 			accepted: 22, refused: 10,
 			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Noise 16.03/33, half the model calls refused: six refused probes in a row all the same.
+			// Noise 16.3/33, half the model calls refused: six refused probes in a row all the same.
 			name:     "six refused probes in a row are evidence however noisy the model calls",
 			accepted: 16, refused: 16,
 			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Noise 0.03: its square < 0.001.
-			name:  "before any model call has ended, two refused probes are evidence",
-			steps: steps(grants(0, 3), probeRefusals(0, 1, false), probeRefusals(0, 1, true)),
+			// Noise 0.3, as much as make bench's random refusals: its 5th power > 0.001 > its 6th.
+			name:  "before any model call has ended, six refused probes are evidence",
+			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Were the model call's refusal noise, noise would be 1.03/34 and one refused probe too little.
+			// Were the model call's refusal noise, noise would be 1.3/34 and two refused probes too few.
 			name:     "a model call refused while a probe was out says nothing of noise",
 			accepted: 32,
-			steps: steps(grants(0, 3), one(probe(0, false)), one(model(200*ms, false)),
+			steps: steps(grants(0, 3), probeRefusals(0, 1, false), one(probe(0, false)), one(model(200*ms, false)),
 				one(end(200*ms, ticketModel, outcomeRefused, false)), one(end(200*ms, ticketProbe, outcomeRefused, true))),
 		},
 		{
 			name:     "while throttled, probes go one at a time",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(wait(200*ms, 200*ms, true))),
 		},
 		{
 			name:     "probes accepted in a row end the episode",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
@@ -184,7 +184,7 @@ func TestBucketState(t *testing.T) {
 		{
 			name:     "a full model ends the episode",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true),
 				one(model(599*ms, true)), // 2.995 tokens: not full
 				one(model(1200*ms, false))),
 		},
@@ -229,9 +229,10 @@ func TestBucketState(t *testing.T) {
 	}
 }
 
-// TestModelRateFollowsRefusals: model calls EC2 refuses (no probe out to have taken EC2's token) cut the
-// model's refill rate by half, at most once per token time; accepted calls grow it back, never past the
-// limit; the model refills at the rate it has.
+// TestModelRateFollowsRefusals: while the action is throttled, model calls EC2 refuses (no probe out to have
+// taken EC2's token) cut the model's refill rate by half, at most once per token time; accepted calls grow it
+// back, never past the limit; the model refills at the rate it has. Refusals outside an episode may be noise,
+// and leave the rate as it is.
 func TestModelRateFollowsRefusals(t *testing.T) {
 	lim := Limit{PerSecond: 8, Burst: 100}
 	ms := time.Millisecond
@@ -248,7 +249,9 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 		return out
 	}
 	tests := []struct {
-		name  string
+		name string
+		// calm: no episode (the tests' default is a throttled action).
+		calm  bool
 		calls []call
 		want  float64
 		// wantTokens, after refilling to the last call's time plus refillFor.
@@ -265,12 +268,16 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 			want: 8.0 / 64},
 		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+rateGrowth, 22)},
 		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 80)...), want: 8},
+		{name: "a refusal outside an episode leaves the rate", calm: true, calls: []call{refused(0)}, want: 8, refillFor: 500 * ms, wantTokens: 4},
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newBucketState(lim, start)
-			s.tokens = float64(lim.Burst)
+			if !tt.calm {
+				// Throttled, and probing paused for good: the calls are model calls.
+				s.pauses, s.pausedUntil = 1, start.Add(time.Hour)
+			}
 			var last time.Duration
 			for _, c := range tt.calls {
 				now := start.Add(c.at)
@@ -583,7 +590,7 @@ func TestRandomRefusalsAreRetried(t *testing.T) {
 // TestRestartedDriverStartsEmpty: a driver that starts while the account's bucket is empty (the driver before
 // it, killed mid-burst, spent it) does not send a burst's worth of calls that EC2 refuses: its model starts
 // empty and it probes one call at a time. (A model that starts full sends as many calls as its burst at
-// once, and nearly all are refused.)
+// once, and nearly all are refused: 30 refused calls for 20 creates.)
 func TestRestartedDriverStartsEmpty(t *testing.T) {
 	const burst = 20
 	lim := Limit{PerSecond: 8, Burst: burst}
@@ -616,8 +623,8 @@ func TestRestartedDriverStartsEmpty(t *testing.T) {
 	createAll(next, "pvc-second")
 	restarted := &testEnv{Cloud: next, fc: e.fc, reg: reg}
 	calls := restarted.calls(t)
-	if refused := calls["CreateVolume/RequestLimitExceeded"]; refused > burst/2 {
-		t.Errorf("the restarted driver had %v of %v CreateVolume calls refused; want at most %d", refused, calls["CreateVolume"], burst/2)
+	if refused := calls["CreateVolume/RequestLimitExceeded"]; refused >= burst {
+		t.Errorf("the restarted driver had %v of %v CreateVolume calls refused; want fewer than a burst (%d)", refused, calls["CreateVolume"], burst)
 	}
 	t.Logf("restarted driver's calls: %v", calls)
 }
