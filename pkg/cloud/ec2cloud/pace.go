@@ -82,7 +82,7 @@ const (
 	// maxWindow bounds the calls beyond the model in flight, and so the calls EC2 refuses at once when its
 	// bucket runs dry under a burst. Sixteen in flight let several hundred calls a second go at EC2's round
 	// trips, far beyond any default bucket's refill.
-	maxWindow = 64
+	maxWindow = 16
 	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
 	// model calls would make such a run this unlikely: with none seen yet, two refusals; with many seen and
 	// none refused, one; with 30 % of them refused, six.
