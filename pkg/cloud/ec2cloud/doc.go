@@ -111,17 +111,20 @@
 //     account never runs dry is hardly slowed down, a fresh one reaches full speed in a few round trips, and
 //     a bucket that runs dry under a burst refuses at most 16 calls at once. An accepted probe takes a
 //     token from the model (EC2 had one the model had not).
-//   - A refused model call empties the model (its token is not given back) and, unless a probe was out
-//     that may have taken EC2's token (raced), halves the model's rate, at most once per token time
-//     (cutRate). Each accepted call grows the rate by 1/64, up to the limit (growRate). So a bucket smaller
-//     than the model (another client spending the account's tokens, or limits set too high) is learned in a
-//     few refusals, and about one model call in 46 is refused against it; a bucket as the model costs
-//     nothing.
+//   - A refused model call empties the model (its token is not given back): EC2 had less than a token.
 //   - Throttled. Refused probes in a row make an episode once random refusals would make such a run
-//     unlikely (below 1 in 1,000 at the rate model calls are refused, noise(); never more than six in a row
-//     needed). Then probes pause for a token time, twice that after the next such refusal, and so on up to a
-//     minute, one probe at a time in between; a refused probe short of that is noise and changes nothing. The
-//     episode ends when the model is full again or four probes in a row are accepted.
+//     unlikely: below 1 in 1,000 at the share of model calls EC2 refuses (noise(): the last 32, from a prior
+//     of 30 % worth one call, so that a fresh driver's first refused probes do not read as an empty bucket;
+//     never more than six in a row needed). Then probes pause for a token time of the limit, twice that after
+//     the next such refusal, and so on up to a minute, one probe at a time in between; a refused probe short
+//     of that is noise and changes nothing. The episode ends when the model is full again or four probes in
+//     a row are accepted.
+//   - The learned rate. A refused model call (unless a probe was out that may have taken EC2's token) shows
+//     the bucket refilling slower than the model: the model's rate is halved, at most once per token time
+//     (cutRate), never below 1/64 of the limit. Each accepted call grows it by 1/64, up to the limit
+//     (growRate). So a bucket smaller than the model (another client spending the account's tokens, or
+//     limits set too high) is learned in a few refusals, and then about one model call in 46 is refused.
+//     Random refusals cut the rate too; the calls then go as probes, which they seldom pause (Throttled).
 //   - Paced. After four pauses in an episode the action runs at its bucket's refill rate, and the batchers
 //     whose waits follow its calls (pollSpacing: the volumes batcher for CreateVolume, AttachVolume,
 //     DetachVolume, DeleteVolume and DescribeVolumes) poll at most once per PaceOptions.PollInterval (1 s):

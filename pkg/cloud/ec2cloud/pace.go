@@ -84,8 +84,8 @@ const (
 	// trips, far beyond any default bucket's refill.
 	maxWindow = 16
 	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
-	// model calls would make such a run this unlikely: with none seen yet, two refusals; with many seen and
-	// none refused, one; with 30 % of them refused, six.
+	// model calls would make such a run this unlikely: with none seen yet (noisePrior), six refusals; with
+	// 32 seen and none refused, two; with 30 % of them refused, six.
 	evidence = 0.001
 	// maxRefusedProbes refused probes in a row are evidence however many model calls EC2 refuses: a third
 	// refused at random needs six.
@@ -314,9 +314,7 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 		s.tokens = min(s.tokens, 0)
 		if !raced {
 			s.sample(true)
-			if s.throttled() {
-				s.cutRate(now)
-			}
+			s.cutRate(now)
 		}
 	}
 	return false
@@ -342,8 +340,8 @@ func (s *bucketState) sample(refused bool) {
 	s.n = min(s.n+1, noiseSamples)
 }
 
-// noise estimates the share of model calls EC2 refuses from the recent ones, starting from a prior of 3 %
-// worth one call, so that a few samples do not read as certainty either way.
+// noise estimates the share of model calls EC2 refuses from the recent ones, starting from noisePrior worth
+// one call, so that a few samples do not read as certainty either way.
 func (s *bucketState) noise() float64 {
 	refused := 0
 	for i := range s.n {

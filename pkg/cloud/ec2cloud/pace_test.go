@@ -229,10 +229,9 @@ func TestBucketState(t *testing.T) {
 	}
 }
 
-// TestModelRateFollowsRefusals: while the action is throttled, model calls EC2 refuses (no probe out to have
-// taken EC2's token) cut the model's refill rate by half, at most once per token time; accepted calls grow it
-// back, never past the limit; the model refills at the rate it has. Refusals outside an episode may be noise,
-// and leave the rate as it is.
+// TestModelRateFollowsRefusals: model calls EC2 refuses (no probe out to have taken EC2's token) cut the
+// model's refill rate by half, at most once per token time; accepted calls grow it back, never past the
+// limit; the model refills at the rate it has, throttled or not.
 func TestModelRateFollowsRefusals(t *testing.T) {
 	lim := Limit{PerSecond: 8, Burst: 100}
 	ms := time.Millisecond
@@ -268,7 +267,7 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 			want: 8.0 / 64},
 		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+rateGrowth, 22)},
 		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 80)...), want: 8},
-		{name: "a refusal outside an episode leaves the rate", calm: true, calls: []call{refused(0)}, want: 8, refillFor: 500 * ms, wantTokens: 4},
+		{name: "outside an episode too", calm: true, calls: []call{refused(0)}, want: 4, refillFor: 500 * ms, wantTokens: 2},
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
