@@ -132,14 +132,14 @@ func TestBucketState(t *testing.T) {
 					checkPaced: true, wantPaced: true})),
 		},
 		{
-			name: "a refused model call empties the model: its token is not given back",
+			name: "a refused model call empties the model (its token is not given back) and halves its rate",
 			steps: steps(grants(0, 3), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 200*ms, false))),
+				one(probe(0, false)), one(wait(0, 400*ms, false))),
 		},
 		{
 			name: "a refused model call empties the model of the tokens it still had",
 			steps: steps(grants(0, 1), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 200*ms, false))),
+				one(probe(0, false)), one(wait(0, 400*ms, false))),
 		},
 		{
 			// Noise 10.3/33: its 5th power > 0.001 > its 6th.
