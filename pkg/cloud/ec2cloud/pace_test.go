@@ -506,16 +506,19 @@ func TestPacedBurstUnderBuckets(t *testing.T) {
 		name   string
 		model  Limit
 		bucket faults.Limit
+		// maxRefused is the share of each action's calls EC2 may refuse. (A model that never learns has three
+		// in four refused against a bucket 5 times smaller, and a quarter of the attaches fail.)
+		maxRefused float64
 	}{
-		{name: "model as the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 50, Burst: 10}},
-		{name: "model 5 times the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 10, Burst: 10}},
+		{name: "model as the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 50, Burst: 10}, maxRefused: 1.0 / 3},
+		{name: "model 5 times the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 10, Burst: 10}, maxRefused: 1.0 / 2},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { pacedBurst(t, tt.model, tt.bucket) })
+		t.Run(tt.name, func(t *testing.T) { pacedBurst(t, tt.model, tt.bucket, tt.maxRefused) })
 	}
 }
 
-func pacedBurst(t *testing.T, model Limit, bucket faults.Limit) {
+func pacedBurst(t *testing.T, model Limit, bucket faults.Limit, maxRefused float64) {
 	fl := map[string]faults.Limit{"AttachVolume": bucket, "DetachVolume": bucket}
 	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(40), Faults: faults.Config{ActionRateLimits: fl}}, func(o *Options) {
 		o.Pace.Limits = map[string]Limit{"AttachVolume": model, "DetachVolume": model}
@@ -547,8 +550,8 @@ func pacedBurst(t *testing.T, model Limit, bucket faults.Limit) {
 	wg.Wait()
 	calls := e.calls(t)
 	for _, action := range []string{"AttachVolume", "DetachVolume"} {
-		if refused, all := calls[action+"/RequestLimitExceeded"], calls[action]; refused > all/3 {
-			t.Errorf("%s: %v of %v calls refused; want at most a third", action, refused, all)
+		if refused, all := calls[action+"/RequestLimitExceeded"], calls[action]; refused > all*maxRefused {
+			t.Errorf("%s: %v of %v calls refused; want at most %.0f %%", action, refused, all, 100*maxRefused)
 		}
 	}
 	t.Logf("calls: %v", calls)
