@@ -123,7 +123,8 @@
 //     the bucket refilling slower than the model: the model's rate is halved, at most once per token time
 //     (cutRate), never below 1/64 of the limit. Each accepted call grows it by 1/64, up to the limit
 //     (growRate). So a bucket smaller than the model (another client spending the account's tokens, or
-//     limits set too high) is learned in a few refusals, and then about one model call in 46 is refused.
+//     limits set too high) is learned in a few refusals; with a model 5 times the buckets, 200 cycles
+//     see 8 to 17 % of their calls refused and none fail (test/bench controller --driver-args).
 //     Random refusals cut the rate too; the calls then go as probes, which they seldom pause (Throttled).
 //   - Paced. After four pauses in an episode the action runs at its bucket's refill rate, and the batchers
 //     whose waits follow its calls (pollSpacing: the volumes batcher for CreateVolume, AttachVolume,
@@ -135,7 +136,9 @@
 // bucket is the pacer's part. The pacer logs, at the default verbosity, once when EC2 starts throttling an
 // action (an episode) and once when it stops; diskforge_cloud_api_pacing_seconds{action} times the waits.
 // PaceOptions.Limits takes an account's raised limits (--ec2-request-limits); PaceOptions.Off sends every
-// call at once. Measured with test/bench controller (make bench): see the figures there.
+// call at once. Under EC2's own buckets, 1,000 cycles take 1.01 times the floor the buckets allow, about 4.3
+// calls per cycle; with 30 % of calls refused at random, 100 cycles take 0.4 to 1.5 s, against 0.3 to 0.4 s
+// with none refused (test/bench controller, make bench).
 //
 // # Retries and errors
 //
