@@ -124,7 +124,7 @@
 //     (cutRate), never below 1/64 of the limit. Each accepted call grows it by 1/64, up to the limit
 //     (growRate). So a bucket smaller than the model (another client spending the account's tokens, or
 //     limits set too high) is learned in a few refusals; with a model 5 times the buckets, 200 cycles
-//     see 8 to 17 % of their calls refused and none fail (test/bench controller --driver-args).
+//     see 8 to 12 % of their calls refused and none fail (test/bench controller --driver-args).
 //     Random refusals cut the rate too; the calls then go as probes, which they seldom pause (Throttled).
 //   - Paced. After four pauses in an episode the action runs at its bucket's refill rate, and the batchers
 //     whose waits follow its calls (pollSpacing: the volumes batcher for CreateVolume, AttachVolume,
