@@ -98,6 +98,7 @@ e2e-tools:
 # test/bench drives the driver and fakecloud binaries through CSI: 100 parallel create → publish → unpublish →
 # delete cycles with instant and 1 s transitions (JSON per run), the same called as the sidecars do with and
 # without 30 % of EC2 calls refused, 1,000 cycles on 50 instances under EC2's request limits (about 20 min),
+# 200 under them with the driver's model 5 times too large and with the driver killed twice mid-burst,
 # expand and modify at once, and NodeStageVolume against the same mkfs + mount by hand (root); fakecloud's FUSE
 # backend against its loop devices (root).
 bench: build
@@ -110,6 +111,13 @@ bench: build
 		--fakecloud-args ';--fault-error=*=0.3:RequestLimitExceeded:before'
 	$(GO) run ./test/bench controller --bin $(BIN) --rate-limits ec2 --sidecar --cycles 1000 --nodes 50 \
 		--profiles instant,1s --start cold --runs $(BENCH_RUNS)
+	@# A pacer whose model is 5 times the account's buckets (another client spends them): it learns them.
+	$(GO) run ./test/bench controller --bin $(BIN) --rate-limits ec2 --sidecar --cycles 200 --nodes 50 \
+		--profiles instant --start cold --runs $(BENCH_RUNS) \
+		--driver-args '--ec2-request-limits=CreateVolume=25/500,DeleteVolume=25/500,*=25/250,Describe*=100/500'
+	@# The driver killed (SIGKILL) twice during a paced burst: nothing leaked or duplicated.
+	$(GO) run ./test/bench controller --bin $(BIN) --rate-limits ec2 --sidecar --cycles 200 --nodes 50 \
+		--profiles instant --start cold --runs $(BENCH_RUNS) --kill-driver-at 10s,30s
 	$(GO) run ./test/bench modify --bin $(BIN)
 	$(GO) run ./test/bench node --bin $(BIN)
 	@# fuse against loop through CSI: NodeStage, a pod's I/O, CPU per GiB, RSS with 100 volumes under I/O (root).

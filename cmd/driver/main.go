@@ -68,7 +68,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.cloud.Region, "region", os.Getenv("AWS_REGION"), "cloud region (default: the SDK's configuration)")
 	flag.StringVar(&o.cloud.ClusterID, "cluster-id", "", "cluster ID tagged on every disk and snapshot")
 	flag.DurationVar(&o.cloud.AttachStuckTimeout, "attach-stuck-timeout", ec2cloud.DefaultAttachStuckTimeout, "force-detach and attach again (once per publish) an attachment still attaching after this long; 0: never")
-	flag.StringVar(&o.requestLimits, "ec2-request-limits", "", "EC2 request buckets the controller paces its calls to: empty for EC2's defaults, \"off\", or Action=PerSecond/Burst,... for an account's raised limits (keys: an action, \"Describe*\", \"*\" for other actions)")
+	flag.StringVar(&o.requestLimits, "ec2-request-limits", "", "EC2 request buckets the controller paces its calls to, at most (it slows down by itself when EC2 refuses calls within them): empty for EC2's defaults, \"off\", or Action=PerSecond/Burst,... for an account's raised limits (keys: an action, \"Describe*\", \"*\" for other actions)")
 	flag.StringVar(&o.extraTags, "extra-tags", "", "tags on every disk and snapshot the controller creates, as key=value,... (a class's tagSpecification_N overrides them)")
 	flag.StringVar(&o.node.InstanceID, "instance-id", os.Getenv("INSTANCE_ID"), "this node's instance ID (node mode)")
 	flag.StringVar(&o.node.Zone, "zone", os.Getenv("ZONE"), "this node's zone (node mode)")

@@ -20,8 +20,9 @@ import (
 
 // checkVolumes counts the driver's volumes (those tagged with a CSI name) fakecloud still holds, once none is
 // still being deleted: left counts them all, duplicated those whose name's CreateVolume answered another
-// volume, which the caller could never have deleted. given maps each name to the volume ID it was answered.
-func checkVolumes(ctx context.Context, url string, given map[string]string) (left, duplicated int, err error) {
+// volume, which the caller could never have deleted, and attachments their attachments. given maps each name
+// to the volume ID it was answered.
+func checkVolumes(ctx context.Context, url string, given map[string]string) (left, duplicated, attachments int, err error) {
 	client := ec2.New(ec2.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
@@ -37,12 +38,12 @@ func checkVolumes(ctx context.Context, url string, given map[string]string) (lef
 		for pages.HasMorePages() {
 			out, err := pages.NextPage(ctx)
 			if err != nil {
-				return 0, 0, fmt.Errorf("list fakecloud's volumes: %w", err)
+				return 0, 0, 0, fmt.Errorf("list fakecloud's volumes: %w", err)
 			}
 			vols = append(vols, out.Volumes...)
 		}
 		deleting := false
-		left, duplicated = 0, 0
+		left, duplicated, attachments = 0, 0, 0
 		for _, v := range vols {
 			name := tag(v.Tags, cloud.TagName)
 			if name == "" {
@@ -50,15 +51,16 @@ func checkVolumes(ctx context.Context, url string, given map[string]string) (lef
 			}
 			deleting = deleting || v.State == ec2types.VolumeStateDeleting
 			left++
+			attachments += len(v.Attachments)
 			if id, ok := given[name]; ok && id != aws.ToString(v.VolumeId) {
 				duplicated++
 			}
 		}
 		if !deleting {
-			return left, duplicated, nil
+			return left, duplicated, attachments, nil
 		}
 		if err := ctxsleep.Sleep(ctx, 200*time.Millisecond); err != nil {
-			return 0, 0, fmt.Errorf("volumes still deleting: %w", err)
+			return 0, 0, 0, fmt.Errorf("volumes still deleting: %w", err)
 		}
 	}
 }

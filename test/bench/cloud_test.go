@@ -38,12 +38,12 @@ func TestCheckVolumes(t *testing.T) {
 	create("pvc-a") // a second volume under pvc-a: the caller was answered a1
 	create("pvc-b") // left: its cycle never got an answer
 	create("")      // not the driver's
-	left, duplicated, err := checkVolumes(ctx, env.URL, map[string]string{"pvc-a": a1, "pvc-c": "vol-gone"})
+	left, duplicated, attachments, err := checkVolumes(ctx, env.URL, map[string]string{"pvc-a": a1, "pvc-c": "vol-gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left != 3 || duplicated != 1 {
-		t.Errorf("left %d, duplicated %d; want 3 and 1", left, duplicated)
+	if left != 3 || duplicated != 1 || attachments != 0 {
+		t.Errorf("left %d, duplicated %d, attachments %d; want 3, 1 and 0", left, duplicated, attachments)
 	}
 
 	if _, err := client.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String("us-east-1a"), Size: aws.Int32(1)}); err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -86,9 +87,21 @@ type result struct {
 	FloorSeconds float64 `json:"floorSeconds"`
 	WallToFloor  float64 `json:"wallToFloor"`
 	// Left counts the driver's volumes fakecloud still holds once every burst of the run is over; Duplicated
-	// those of them the caller was never given (a second volume under one name).
-	Left       int `json:"volumesLeft"`
-	Duplicated int `json:"volumesDuplicated"`
+	// those of them the caller was never given (a second volume under one name); AttachmentsLeft the
+	// attachments they still have.
+	Left            int `json:"volumesLeft"`
+	Duplicated      int `json:"volumesDuplicated"`
+	AttachmentsLeft int `json:"attachmentsLeft"`
+	// Restarts are the driver's kills (--kill-driver-at): when, and the EC2 calls the new driver made in its
+	// first second and how many of them fakecloud throttled.
+	Restarts []restart `json:"restarts,omitempty"`
+}
+
+// restart is one SIGKILL of the driver during the burst and what the driver started in its place did first.
+type restart struct {
+	AtSeconds            float64 `json:"atSeconds"`
+	CallsFirstSecond     float64 `json:"callsFirstSecond"`
+	ThrottledFirstSecond float64 `json:"throttledFirstSecond"`
 }
 
 type latencyStats struct {
@@ -113,6 +126,10 @@ type controllerBench struct {
 	caller   caller
 	// deadline bounds each cycle of a sidecar caller, which otherwise retries for ever as the sidecars do.
 	deadline time.Duration
+	// driverArgs are more driver flags (e.g. --ec2-request-limits).
+	driverArgs []string
+	// killAt are the times into the measured burst at which the driver is killed (SIGKILL) and started again.
+	killAt []time.Duration
 }
 
 type namedBin struct{ name, path string }
@@ -176,8 +193,24 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&b.caller.sidecar, "sidecar", false,
 		"call as the sidecars do: each attempt under the manifests' --timeout, DeadlineExceeded, Aborted, Unavailable and ResourceExhausted retried with their backoff (1 s doubling to 5 min)")
 	fs.DurationVar(&b.deadline, "sidecar-deadline", 30*time.Minute, "with --sidecar, when a cycle gives up retrying")
+	driverArgs := fs.String("driver-args", "", "more driver flags, space separated, e.g. --ec2-request-limits=*=25/250 (a pacer assuming buckets larger than fakecloud's)")
+	killAt := fs.String("kill-driver-at", "", "times into the measured burst, comma separated (e.g. 10s,40s), at which the driver is killed with SIGKILL and started again; with --sidecar, whose retries carry the cycles through")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	b.driverArgs = strings.Fields(*driverArgs)
+	for _, item := range strings.Split(*killAt, ",") {
+		if item == "" {
+			continue
+		}
+		d, err := time.ParseDuration(item)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--kill-driver-at: %q is not a positive duration", item)
+		}
+		b.killAt = append(b.killAt, d)
+	}
+	if len(b.killAt) > 0 && !b.caller.sidecar {
+		return errors.New("--kill-driver-at needs --sidecar: only a caller that retries carries the cycles through a restart")
 	}
 	b.caller.start, b.caller.max, b.caller.sleep = retryIntervalStart, retryIntervalMax, ctxsleep.Sleep
 	var err error
@@ -243,8 +276,11 @@ func summary(r *result) string {
 	for _, n := range r.Retries {
 		retries += n
 	}
-	fmt.Fprintf(&b, "; %d errors, %d volumes left, %d duplicated; %.2f calls/cycle, %.0f throttled (%.1f %%); %d retries",
-		r.Errors, r.Left, r.Duplicated, r.CallsPerCycle, r.Throttled, 100*r.ThrottledShare, retries)
+	fmt.Fprintf(&b, "; %d errors, %d volumes left, %d duplicated, %d attachments left; %.2f calls/cycle, %.0f throttled (%.1f %%); %d retries",
+		r.Errors, r.Left, r.Duplicated, r.AttachmentsLeft, r.CallsPerCycle, r.Throttled, 100*r.ThrottledShare, retries)
+	if len(r.Restarts) > 0 {
+		fmt.Fprintf(&b, "; %d driver restarts", len(r.Restarts))
+	}
 	fmt.Fprintf(&b, "; p50 CreateVolume %.3f s, ControllerPublishVolume %.3f s",
 		r.Latency["CreateVolume"].P50, r.Latency["ControllerPublishVolume"].P50)
 	return b.String()
@@ -280,7 +316,7 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVarian
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pr.startDriver(ctx, d.path, "--mode", "controller", "--cloud-endpoint", url, "--region", "us-east-1")
+	conn, err := pr.startDriver(ctx, d.path, append([]string{"--mode", "controller", "--cloud-endpoint", url, "--region", "us-east-1"}, b.driverArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +352,10 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVarian
 	if err != nil {
 		return nil, err
 	}
+	killed := make(chan []restart, 1)
+	go func() { killed <- b.kills(ctx, pr, url) }()
 	m := b.burst(ctx, ctrl, ids, p, fmt.Sprintf("pvc-bench-%d", run))
+	restarts := <-killed
 	cpuAfter, err := pr.cpuOf(benchProcs)
 	if err != nil {
 		return nil, err
@@ -326,14 +365,15 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVarian
 		return nil, err
 	}
 	maps.Copy(given, m.given)
-	left, duplicated, err := checkVolumes(ctx, url, given)
+	left, duplicated, attachments, err := checkVolumes(ctx, url, given)
 	if err != nil {
 		return nil, err
 	}
 
 	r := &result{Driver: d.name, Profile: p.Name, Start: start, Run: run, Cycles: cycles, Nodes: b.nodes, Errors: len(m.errs),
 		WallSeconds: round(m.wall.Seconds()), Calls: map[string]float64{}, CallErrors: map[string]float64{}, ServerMeanMS: map[string]float64{}, Latency: map[string]latencyStats{}, CPUMSPerCycle: map[string]float64{},
-		Caller: "bench", RateLimits: v.limits.RateLimitProfile, FakecloudArgs: v.args, Left: left, Duplicated: duplicated}
+		Caller: "bench", RateLimits: v.limits.RateLimitProfile, FakecloudArgs: v.args, Left: left, Duplicated: duplicated,
+		AttachmentsLeft: attachments, Restarts: restarts}
 	if b.caller.sidecar {
 		r.Caller, r.Retries = "sidecar", m.retries
 	}
@@ -356,6 +396,9 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVarian
 		r.ThrottledShare = round(r.Throttled / total)
 	}
 	for i, name := range benchProcs {
+		if name == "driver" && len(restarts) > 0 {
+			continue // the driver's CPU time before a restart is gone with the process
+		}
 		r.CPUMSPerCycle[name] = round(float64(cpuAfter[i]-cpuBefore[i]) / float64(time.Millisecond) / float64(cycles))
 	}
 	for k, v := range after {
@@ -382,6 +425,69 @@ func (b *controllerBench) run(ctx context.Context, d namedBin, v fakecloudVarian
 	}
 	r.FirstErrors = m.errs[:min(len(m.errs), 5)]
 	return r, nil
+}
+
+// kills kills the driver (SIGKILL) at each of b.killAt into the burst that starts now and starts it again on
+// the same socket, where the caller's connection finds it; it returns, per restart, the calls fakecloud saw
+// in the new driver's first second. A failed restart ends the kills; the burst's errors then tell.
+func (b *controllerBench) kills(ctx context.Context, pr *procs, url string) []restart {
+	var out []restart
+	start := time.Now()
+	for _, at := range b.killAt {
+		if ctxsleep.Sleep(ctx, time.Until(start.Add(at))) != nil {
+			return out
+		}
+		err := pr.restart("driver")
+		// The new driver's first second starts with its first EC2 calls: the caller sends its RPCs again
+		// after its own backoff.
+		var before, after map[string]float64
+		if err == nil {
+			before, err = b.callsResumed(ctx, url)
+		}
+		if err == nil {
+			err = ctxsleep.Sleep(ctx, time.Second)
+		}
+		if err == nil {
+			after, err = scrapeCalls(url)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: restart the driver:", err)
+			return out
+		}
+		r := restart{AtSeconds: round(at.Seconds()), CallsFirstSecond: after["total"] - before["total"]}
+		for k, v := range after {
+			if strings.HasSuffix(k, "/"+ec2err.CodeRequestLimitExceeded) {
+				r.ThrottledFirstSecond += v - before[k]
+			}
+		}
+		fmt.Fprintf(os.Stderr, "driver killed at %v: the new driver's first second of calls made %.0f EC2 calls, %.0f throttled\n", at,
+			r.CallsFirstSecond, r.ThrottledFirstSecond)
+		out = append(out, r)
+	}
+	return out
+}
+
+// callsResumed waits until fakecloud sees EC2 calls again (more than the driver's start makes) and returns its
+// counts from just before.
+func (b *controllerBench) callsResumed(ctx context.Context, url string) (map[string]float64, error) {
+	first, err := scrapeCalls(url)
+	if err != nil {
+		return nil, err
+	}
+	last := first
+	for {
+		if err := ctxsleep.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return nil, err
+		}
+		now, err := scrapeCalls(url)
+		if err != nil {
+			return nil, err
+		}
+		if now["total"]-first["total"] > 2 {
+			return last, nil
+		}
+		last = now
+	}
 }
 
 // measured is what one burst of cycles took.

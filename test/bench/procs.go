@@ -29,9 +29,40 @@ type procs struct {
 
 // start runs bin with args, its output in dir/<name>.log.
 func (p *procs) start(name, bin string, args []string, env ...string) error {
-	logf, err := os.Create(filepath.Join(p.dir, name+".log"))
+	cmd, err := p.launch(name, os.O_CREATE|os.O_TRUNC, bin, args, env)
 	if err != nil {
 		return err
+	}
+	p.list = append(p.list, cmd)
+	p.names = append(p.names, name)
+	return nil
+}
+
+// restart kills the process started as name with SIGKILL (no shutdown: as the OOM killer or a lost node
+// would) and starts it again with the same command line, its output appended to the same log.
+func (p *procs) restart(name string) error {
+	i := slices.Index(p.names, name)
+	if i < 0 {
+		return fmt.Errorf("no process %s", name)
+	}
+	old := p.list[i]
+	if err := old.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s: %w", name, err)
+	}
+	_ = old.Wait()
+	cmd, err := p.launch(name, os.O_APPEND, old.Path, old.Args[1:], old.Env[len(os.Environ()):])
+	if err != nil {
+		return err
+	}
+	p.list[i] = cmd
+	return nil
+}
+
+// launch starts bin with args and the environment plus env, its output in dir/<name>.log opened with flag.
+func (p *procs) launch(name string, flag int, bin string, args, env []string) (*exec.Cmd, error) {
+	logf, err := os.OpenFile(filepath.Join(p.dir, name+".log"), os.O_WRONLY|flag, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = logf.Close() }()
 	cmd := exec.Command(bin, args...)
@@ -41,11 +72,9 @@ func (p *procs) start(name, bin string, args []string, env ...string) error {
 	// the run holds through these processes (unstage, detach, delete) before it stops them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p.list = append(p.list, cmd)
-	p.names = append(p.names, name)
-	return nil
+	return cmd, nil
 }
 
 // cpu is the CPU time the process started as name has used so far: the sum of its threads' run times

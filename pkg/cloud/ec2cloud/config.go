@@ -148,22 +148,25 @@ func newFromConfig(cfg aws.Config, o Options) *Cloud {
 		stuckAfter: max(o.AttachStuckTimeout, 0)}
 	c.devices = newDeviceAllocator(c.describeInstanceDevices)
 	c.estimates = newDurationEstimates(4 * o.Wait.Initial)
-	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m, c.pollSpacing)
-	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m, c.pollSpacing)
-	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m, c.pollSpacing)
-	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m, c.pollSpacing)
+	c.volumes = newBatcher("volumes", c.fetchVolumes, o.Wait, m,
+		c.pollSpacing("DescribeVolumes", "CreateVolume", "AttachVolume", "DetachVolume", "DeleteVolume"))
+	c.modifications = newBatcher("modifications", c.fetchModifications, o.Wait, m,
+		c.pollSpacing("DescribeVolumesModifications", "ModifyVolume"))
+	c.snapshots = newBatcher("snapshots", c.fetchSnapshots, o.Wait, m, c.pollSpacing("DescribeSnapshots", "CreateSnapshot"))
+	c.instances = newBatcher("instances", c.fetchInstances, o.Wait, m, c.pollSpacing("DescribeInstances"))
 	c.modifiers = newModifiers(c)
 	klog.V(2).InfoS("EC2 cloud configured", "region", cfg.Region, "endpoint", o.Endpoint, "clusterID", o.ClusterID,
 		"mutatingMaxAttempts", o.Retry.MaxAttempts, "retryMode", o.Retry.Mode, "paced", p != nil, "attachStuckTimeout", c.stuckAfter)
 	return c
 }
 
-// pollSpacing is the least time between two calls of a batcher (see pacer.pollSpacing).
-func (c *Cloud) pollSpacing() time.Duration {
+// pollSpacing is the spacing of a batcher whose waits follow calls of actions (see pacer.pollSpacing); nil
+// when the cloud is not paced.
+func (c *Cloud) pollSpacing(actions ...string) func() time.Duration {
 	if c.pacer == nil {
-		return 0
+		return nil
 	}
-	return c.pacer.pollSpacing()
+	return func() time.Duration { return c.pacer.pollSpacing(actions...) }
 }
 
 // idleConnsPerHost is how many connections to the endpoint stay open between calls. The SDK keeps 10, so a

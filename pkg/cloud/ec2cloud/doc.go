@@ -94,44 +94,51 @@
 // EC2 throttles per action and account with token buckets (CreateVolume and DeleteVolume 100 tokens refilled
 // at 5/s, AttachVolume and DetachVolume 50 at 5/s, Describe* 100 at 20/s: DefaultRequestLimits), and refuses
 // a call that finds its bucket empty (RequestLimitExceeded). A burst of 1,000 volumes can go no faster than
-// the attach bucket allows, about 190 s; what the driver can choose is how many refused calls it costs, and
-// whether the caller's time goes to waiting or to backing off. The SDK's adaptive mode, which the driver used
-// to run, learns a rate from throttles alone: it cuts the rate on every one, random ones included (30 %
-// refused calls made 100 cycles take 165 s instead of under a second), and under real limits it overshoots
-// and undershoots the bucket in turn (11 % of calls refused in a 200-volume burst).
+// the attach bucket allows, about 190 s; what the driver can choose is how many refused calls it costs. The
+// SDK's adaptive mode, which the driver used to run, cuts its rate on every throttle, random ones included
+// (30 % refused calls made 100 cycles take 165 s instead of under a second).
 //
-// pace.go instead models each action's bucket as EC2 documents it, at the driver's side, inside the SDK's
-// retry loop (every attempt passes through it), and lets calls go in their order of arrival:
+// pace.go keeps, per action, a model of the account's bucket (bucketState) inside the SDK's retry loop, so
+// every attempt passes through it, and lets calls go in their order of arrival (bucket). Its invariants:
 //
-//   - A call takes a token of the model and goes. A caller whose context ends while it waits leaves the queue.
-//   - With the model empty, calls still go beyond it, a few at a time (a window that grows by one per call
-//     EC2 accepts, as TCP's slow start): the account may have higher limits than the defaults, or the bucket
-//     may be fuller than the model says, so a driver that never hits EC2's limits is never slowed down.
-//   - A call EC2 refuses tells that its bucket held less than a token then: the model is emptied (a refused
-//     call's token is not given back, or the next call would be refused in turn until EC2 caught up).
-//   - Refused calls beyond the model, in a row, show the bucket empty once random refusals would make such a
-//     run unlikely (below 1 in 1,000, at the rate at which EC2 refuses calls within the model: with none
-//     refused, one; with 30 % refused, six in a row; never more than six). The action is then throttled:
-//     calls beyond the model stop for the time EC2 takes to refill a token, twice that after the next such
-//     refusal, and so on (up to a minute), one call at a time in between. So a burst that runs into a bucket
-//     costs about one refused call per pause, a dozen per action in a 1,000-volume burst, and then runs at
-//     the bucket's refill rate. A refusal short of that evidence is noise, and changes nothing.
-//   - The episode ends when the model is full again (the action was calm as long as EC2 takes to refill its
-//     bucket), or when four calls beyond the model are accepted in a row (the refusals were noise, or the
-//     account's bucket is larger).
+//   - Model calls. A call that finds a token in the model takes it and goes. The model refills at its rate,
+//     never above the limit's PerSecond, and holds at most Burst tokens. A caller whose context ends while it
+//     waits leaves the queue; a ticket never sent is given back.
+//   - The model starts empty (newBucketState): a driver just started, perhaps after one killed mid-burst,
+//     does not know what the bucket holds, and learns it from EC2's answers.
+//   - Probes. Beyond the model, calls go as probes, at most window in flight. The window starts at one and
+//     grows by one with each probe EC2 accepts (TCP's slow start) up to 16 (maxWindow), so a driver whose
+//     account never runs dry is hardly slowed down, a fresh one reaches full speed in a few round trips, and
+//     a bucket that runs dry under a burst refuses at most 16 calls at once. An accepted probe takes a
+//     token from the model (EC2 had one the model had not).
+//   - A refused model call empties the model (its token is not given back): EC2 had less than a token.
+//   - Throttled. Refused probes in a row make an episode once random refusals would make such a run
+//     unlikely: below 1 in 1,000 at the share of model calls EC2 refuses (noise(): the last 32, from a prior
+//     of 30 % worth one call, so that a fresh driver's first refused probes do not read as an empty bucket;
+//     never more than six in a row needed). Then probes pause for a token time of the limit, twice that after
+//     the next such refusal, and so on up to a minute, one probe at a time in between; a refused probe short
+//     of that is noise and changes nothing. The episode ends when the model is full again or four probes in
+//     a row are accepted.
+//   - The learned rate. A refused model call (unless a probe was out that may have taken EC2's token) shows
+//     the bucket refilling slower than the model: the model's rate is halved, at most once per token time
+//     (cutRate), never below 1/64 of the limit. Each accepted call grows it by 1/64, up to the limit
+//     (growRate). So a bucket smaller than the model (another client spending the account's tokens, or
+//     limits set too high) is learned in a few refusals; with a model 5 times the buckets, 200 cycles
+//     see 8 to 12 % of their calls refused and none fail (test/bench controller --driver-args).
+//     Random refusals cut the rate too; the calls then go as probes, which they seldom pause (Throttled).
+//   - Paced. After four pauses in an episode the action runs at its bucket's refill rate, and the batchers
+//     whose waits follow its calls (pollSpacing: the volumes batcher for CreateVolume, AttachVolume,
+//     DetachVolume, DeleteVolume and DescribeVolumes) poll at most once per PaceOptions.PollInterval (1 s):
+//     the calls their polls would let go wait for tokens anyway. Other batchers poll as before.
 //
-// Refusals the model did not foresee (another client of the account, or a random fault) are retried after a
-// short jittered backoff (RetryOptions.ThrottleBaseDelay, 25 ms, doubling per attempt up to a second), not
-// slowed down for: the pacer answers for the bucket. With 30 % of all calls refused at random, 100 cycles
-// take 1.5 to 4 times as long as with none (test/bench controller --fakecloud-args).
-//
-// Once an action has paused four times in an episode (1.4 s into it at 5 tokens a second), the batchers'
-// polls are at least a second apart (PaceOptions.PollInterval): the calls they would let go next wait for
-// tokens anyway, and each poll sees every volume waiting. A 1,000-volume burst then makes about 4.3 calls per
-// volume, a dozen refused per action, within 1.1 times the time the buckets allow (test/bench controller
-// --rate-limits ec2). A driver that is not throttled polls as before. The pacer logs, at the default
-// verbosity, when EC2 starts and stops throttling an action; diskforge_cloud_api_pacing_seconds times the
-// waits. PaceOptions.Limits takes an account's raised limits; PaceOptions.Off sends every call at once.
+// Refusals the model did not foresee (another client, a random fault) are retried after a short jittered
+// backoff (RetryOptions.ThrottleBaseDelay, 25 ms, doubling per attempt up to a second): waiting for the
+// bucket is the pacer's part. The pacer logs, at the default verbosity, once when EC2 starts throttling an
+// action (an episode) and once when it stops; diskforge_cloud_api_pacing_seconds{action} times the waits.
+// PaceOptions.Limits takes an account's raised limits (--ec2-request-limits); PaceOptions.Off sends every
+// call at once. Under EC2's own buckets, 1,000 cycles take 1.01 times the floor the buckets allow, about 4.3
+// calls per cycle; with 30 % of calls refused at random, 100 cycles take 0.4 to 1.5 s, against 0.3 to 0.4 s
+// with none refused (test/bench controller, make bench).
 //
 // # Retries and errors
 //

@@ -46,7 +46,8 @@ type PaceOptions struct {
 	Off bool
 	// Limits are the buckets the pacer assumes, keyed as DefaultRequestLimits; nil takes those.
 	Limits map[string]Limit
-	// PollInterval spaces the batched Describe calls of waits while EC2 throttles any action. Default 1s.
+	// PollInterval spaces the batched Describe calls of a batcher while an action whose waits it serves runs
+	// at its bucket's refill rate. Default 1s.
 	PollInterval time.Duration
 }
 
@@ -78,11 +79,13 @@ func limitOf(limits map[string]Limit, action string) (Limit, bool) {
 const (
 	// initialWindow is how many calls beyond the model may be in flight before any has been answered.
 	initialWindow = 1
-	// maxWindow bounds the calls beyond the model in flight.
-	maxWindow = 1 << 12
+	// maxWindow bounds the calls beyond the model in flight, and so the calls EC2 refuses at once when its
+	// bucket runs dry under a burst. Sixteen in flight let several hundred calls a second go at EC2's round
+	// trips, far beyond any default bucket's refill.
+	maxWindow = 16
 	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
-	// model calls would make such a run this unlikely: with none seen yet, two refusals; with many seen and
-	// none refused, one; with 30 % of them refused, six.
+	// model calls would make such a run this unlikely: with none seen yet (noisePrior), six refusals; with
+	// 32 seen and none refused, two; with 30 % of them refused, six.
 	evidence = 0.001
 	// maxRefusedProbes refused probes in a row are evidence however many model calls EC2 refuses: a third
 	// refused at random needs six.
@@ -100,6 +103,20 @@ const (
 	// fourth starts seven token times into the episode (1.4 s at 5 tokens a second), and random refusals
 	// would hardly ever make so many runs of evidence (batchers space their polls then: pollSpacing).
 	pacedPauses = 4
+	// rateCut is what a refused model call leaves of the model's refill rate: EC2 had no token where the model
+	// had one, so the account's bucket refills slower than the model (another client spends it too, or its
+	// limits are lower). Halving finds a bucket 5 times smaller in three refusals.
+	rateCut = 0.5
+	// rateGrowth is how much each accepted call grows the rate back, up to the limit: a halved rate is whole
+	// again after 45 accepted calls, so against a smaller bucket about one model call in 46 is refused.
+	rateGrowth = 1.0 / 64
+	// noisePrior is the share of refused model calls assumed before any is seen, worth one call: as many as
+	// EC2 refuses at random in make bench's noisy case. A driver starts with an empty model, so its first
+	// calls are probes: were a few refused probes enough to pause them, random refusals would pause a fresh
+	// driver for seconds; against an empty bucket, it costs a few refused calls more.
+	noisePrior = 0.3
+	// minRateShare bounds the cuts: the rate stays at least this share of the limit's.
+	minRateShare = 1.0 / 64
 )
 
 // ticketKind is how a call was let through: on a token of the model, or as a probe beyond it.
@@ -134,9 +151,12 @@ const (
 // clock: bucket does both, and tests drive it with times of their own.
 type bucketState struct {
 	limit Limit
-	// tokens are the model's, refilled to at.
-	tokens float64
-	at     time.Time
+	// tokens are the model's, refilled at rate to at. rate is limit.PerSecond at most, cut when EC2 refuses
+	// model calls (at most once a token time: lastCut) and grown back as it accepts calls.
+	tokens  float64
+	at      time.Time
+	rate    float64
+	lastCut time.Time
 
 	// window is how many probes may be in flight; probesGranted counts the probes let go, and probesDone
 	// those that have ended (the difference is in flight).
@@ -155,16 +175,40 @@ type bucketState struct {
 	n, next int
 }
 
+// newBucketState starts the model empty: a driver that just started does not know what the account's bucket
+// holds (a driver before it, or another client, may have emptied it), so its first calls go as probes, one at
+// first, more as EC2 accepts them.
 func newBucketState(l Limit, now time.Time) *bucketState {
-	return &bucketState{limit: l, tokens: float64(l.Burst), at: now, window: initialWindow}
+	return &bucketState{limit: l, at: now, rate: l.PerSecond, window: initialWindow}
 }
+
+// tokenTime is how long the model takes to refill one token at its rate (0 when it has none).
+func (s *bucketState) tokenTime() time.Duration {
+	if s.rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / s.rate)
+}
+
+// cutRate halves the model's rate, once per token time: the calls one token time let through met the same
+// bucket, as TCP cuts its window once per round trip.
+func (s *bucketState) cutRate(now time.Time) {
+	if !s.lastCut.IsZero() && now.Sub(s.lastCut) < s.tokenTime() {
+		return
+	}
+	s.rate = max(s.rate*rateCut, s.limit.PerSecond*minRateShare)
+	s.lastCut = now
+}
+
+// growRate gives a share of the rate back for a call EC2 accepted.
+func (s *bucketState) growRate() { s.rate = min(s.rate*(1+rateGrowth), s.limit.PerSecond) }
 
 // refill brings the model to now. A full bucket ends a throttled episode: the action has been calm for as
 // long as EC2 takes to refill it, so probing starts again from the initial window. It reports whether an
 // episode ended.
 func (s *bucketState) refill(now time.Time) (ended bool) {
 	if now.After(s.at) {
-		s.tokens += s.limit.PerSecond * now.Sub(s.at).Seconds()
+		s.tokens += s.rate * now.Sub(s.at).Seconds()
 		s.at = now
 	}
 	if s.tokens < float64(s.limit.Burst) {
@@ -200,8 +244,8 @@ func (s *bucketState) grant(now time.Time) (t ticket, ok bool, wait time.Duratio
 		s.probesGranted++
 		return ticket{kind: ticketProbe}, true, 0
 	}
-	if s.limit.PerSecond > 0 {
-		wait = time.Duration(math.Ceil((1 - s.tokens) / s.limit.PerSecond * float64(time.Second)))
+	if s.rate > 0 {
+		wait = time.Duration(math.Ceil((1 - s.tokens) / s.rate * float64(time.Second)))
 	}
 	if probeRoom && (wait == 0 || s.pausedUntil.Sub(now) < wait) {
 		wait = s.pausedUntil.Sub(now)
@@ -233,6 +277,7 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 		// EC2 had a token the model did not, and has one less now: it is no emptier than the model at 0. (A
 		// model call that raced the probe and found EC2 empty is refused, and empties the model in turn.)
 		s.tokens = max(s.tokens-1, 0)
+		s.growRate()
 		s.refusedProbes = 0
 		s.acceptedProbes++
 		switch {
@@ -246,6 +291,7 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	case o == outcomeAccepted:
 		if !raced {
 			s.sample(false)
+			s.growRate()
 		}
 	case o == outcomeRefused && t.kind == ticketProbe:
 		s.acceptedProbes = 0
@@ -262,10 +308,13 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 	case o == outcomeRefused:
 		// EC2's bucket held less than a token when the model had one: it is ahead of EC2 (other clients spend
 		// the account's tokens too), and is now as empty as EC2's. Were the refused call's token given back,
-		// the next call would go at once and be refused in turn until EC2 caught up.
+		// the next call would go at once and be refused in turn until EC2 caught up. While the action is
+		// throttled (probes have shown the bucket empty, so this is not noise), and unless a probe may have
+		// taken EC2's token, the bucket also refills slower than the model: the rate is cut.
 		s.tokens = min(s.tokens, 0)
 		if !raced {
 			s.sample(true)
+			s.cutRate(now)
 		}
 	}
 	return false
@@ -275,9 +324,11 @@ func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool
 // refill one token.
 func (s *bucketState) pause(now time.Time) (first bool) {
 	s.pauses++
+	// From the limit's token time, not the learned rate's: random refusals cut that rate too, and probing
+	// must not stop for long because of them.
 	d := maxProbePause
 	if s.limit.PerSecond > 0 && s.pauses < 32 {
-		d = min(maxProbePause, time.Duration(float64(time.Second)/s.limit.PerSecond*float64(uint64(1)<<(s.pauses-1))))
+		d = min(maxProbePause, time.Duration(float64(time.Second)/s.limit.PerSecond*math.Exp2(float64(s.pauses-1))))
 	}
 	s.pausedUntil = now.Add(d)
 	return s.pauses == 1
@@ -289,8 +340,8 @@ func (s *bucketState) sample(refused bool) {
 	s.n = min(s.n+1, noiseSamples)
 }
 
-// noise estimates the share of model calls EC2 refuses from the recent ones, starting from a prior of 3 %
-// worth one call, so that a few samples do not read as certainty either way.
+// noise estimates the share of model calls EC2 refuses from the recent ones, starting from noisePrior worth
+// one call, so that a few samples do not read as certainty either way.
 func (s *bucketState) noise() float64 {
 	refused := 0
 	for i := range s.n {
@@ -298,7 +349,7 @@ func (s *bucketState) noise() float64 {
 			refused++
 		}
 	}
-	return (float64(refused) + 0.03) / float64(s.n+1)
+	return (float64(refused) + noisePrior) / float64(s.n+1)
 }
 
 // throttled reports whether EC2 has throttled calls beyond the model in this episode.
@@ -474,19 +525,17 @@ func logThrottling(action string, l Limit, throttled bool) {
 	klog.InfoS("EC2 no longer throttles an action", "action", action)
 }
 
-// pollSpacing is the least time between two batched Describe calls of one batcher: PollInterval while any
-// action runs at its bucket's refill rate (the calls the polls would let go next wait for tokens anyway),
-// else 0.
-func (p *pacer) pollSpacing() time.Duration {
-	p.mu.Lock()
-	buckets := make([]*bucket, 0, len(p.buckets))
-	for _, b := range p.buckets {
-		if b != nil {
-			buckets = append(buckets, b)
+// pollSpacing is the least time between two batched Describe calls of a batcher whose waits follow calls of
+// actions: PollInterval while one of them runs at its bucket's refill rate (the calls the polls would let go
+// next wait for tokens anyway), else 0. Other batchers poll as they would.
+func (p *pacer) pollSpacing(actions ...string) time.Duration {
+	for _, action := range actions {
+		p.mu.Lock()
+		b := p.buckets[action]
+		p.mu.Unlock()
+		if b == nil {
+			continue
 		}
-	}
-	p.mu.Unlock()
-	for _, b := range buckets {
 		b.mu.Lock()
 		paced := b.s.paced()
 		b.mu.Unlock()

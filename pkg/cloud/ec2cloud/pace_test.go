@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
@@ -78,8 +80,22 @@ func TestBucketState(t *testing.T) {
 		name string
 		// accepted and refused model calls seen before the steps (noise: (refused+1)/(all+2)).
 		accepted, refused int
-		steps             []paceStep
+		// fresh starts from a new bucketState; the others from a model that has been calm long enough to be
+		// full.
+		fresh bool
+		steps []paceStep
 	}{
+		{
+			// A driver that just started does not know what the account's bucket holds.
+			name: "a fresh model is empty: the first call is one probe, the next waits for a token", fresh: true,
+			steps: steps(one(probe(0, false)), one(wait(0, 200*ms, false)), one(model(200*ms, false))),
+		},
+		{
+			name: "a fresh model's probes widen as EC2 accepts them", fresh: true,
+			steps: steps(one(probe(0, false)), one(end(10*ms, ticketProbe, outcomeAccepted, false)),
+				// The accepted probe took the token the model was refilling: the next is a full token time away.
+				one(probe(10*ms, false)), one(probe(10*ms, false)), one(wait(10*ms, 200*ms, false))),
+		},
 		{
 			name: "the model's burst goes at once, then one probe, then the calls wait for the next token",
 			steps: steps(grants(0, 3), one(probe(0, false)), one(wait(0, 200*ms, false)), one(wait(100*ms, 100*ms, false)),
@@ -94,10 +110,10 @@ func TestBucketState(t *testing.T) {
 				one(probe(100*ms, false)), one(probe(100*ms, false)), one(wait(100*ms, 200*ms, false)), one(model(300*ms, false))),
 		},
 		{
-			// Noise 0.03/33: one refused probe is evidence.
-			name:     "a refused probe, with no model call refused, pauses probing a refill interval, then twice as long",
+			// Noise 0.3/33: two refused probes are evidence, and every one after them in the episode.
+			name:     "two refused probes, with no model call refused, pause probing a refill interval, then twice as long",
 			accepted: 32,
-			steps: steps(grants(0, 3),
+			steps: steps(grants(0, 3), probeRefusals(0, 1, false),
 				one(probe(0, false)),
 				one(paceStep{op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true, checkPaced: true}),
 				one(wait(100*ms, 100*ms, true)),
@@ -116,50 +132,50 @@ func TestBucketState(t *testing.T) {
 					checkPaced: true, wantPaced: true})),
 		},
 		{
-			name: "a refused model call empties the model: its token is not given back",
+			name: "a refused model call empties the model (its token is not given back) and halves its rate",
 			steps: steps(grants(0, 3), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 200*ms, false))),
+				one(probe(0, false)), one(wait(0, 400*ms, false))),
 		},
 		{
 			name: "a refused model call empties the model of the tokens it still had",
 			steps: steps(grants(0, 1), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 200*ms, false))),
+				one(probe(0, false)), one(wait(0, 400*ms, false))),
 		},
 		{
-			// Noise 10.03/33: its 5th power > 0.001 > its 6th.
+			// Noise 10.3/33: its 5th power > 0.001 > its 6th.
 			name:     "random refusals of model calls make refused probes weaker evidence",
 			accepted: 22, refused: 10,
 			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Noise 16.03/33, half the model calls refused: six refused probes in a row all the same.
+			// Noise 16.3/33, half the model calls refused: six refused probes in a row all the same.
 			name:     "six refused probes in a row are evidence however noisy the model calls",
 			accepted: 16, refused: 16,
 			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Noise 0.03: its square < 0.001.
-			name:  "before any model call has ended, two refused probes are evidence",
-			steps: steps(grants(0, 3), probeRefusals(0, 1, false), probeRefusals(0, 1, true)),
+			// Noise 0.3, as much as make bench's random refusals: its 5th power > 0.001 > its 6th.
+			name:  "before any model call has ended, six refused probes are evidence",
+			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
 		},
 		{
-			// Were the model call's refusal noise, noise would be 1.03/34 and one refused probe too little.
+			// Were the model call's refusal noise, noise would be 1.3/34 and two refused probes too few.
 			name:     "a model call refused while a probe was out says nothing of noise",
 			accepted: 32,
-			steps: steps(grants(0, 3), one(probe(0, false)), one(model(200*ms, false)),
+			steps: steps(grants(0, 3), probeRefusals(0, 1, false), one(probe(0, false)), one(model(200*ms, false)),
 				one(end(200*ms, ticketModel, outcomeRefused, false)), one(end(200*ms, ticketProbe, outcomeRefused, true))),
 		},
 		{
 			name:     "while throttled, probes go one at a time",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(wait(200*ms, 200*ms, true))),
 		},
 		{
 			name:     "probes accepted in a row end the episode",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true), one(model(200*ms, true)),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
 				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
@@ -168,7 +184,7 @@ func TestBucketState(t *testing.T) {
 		{
 			name:     "a full model ends the episode",
 			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, true),
+			steps: steps(grants(0, 3), probeRefusals(0, 2, true),
 				one(model(599*ms, true)), // 2.995 tokens: not full
 				one(model(1200*ms, false))),
 		},
@@ -183,6 +199,9 @@ func TestBucketState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := primed(newBucketState(lim, start), tt.accepted, tt.refused)
+			if !tt.fresh {
+				s.tokens = float64(lim.Burst)
+			}
 			for i, st := range tt.steps {
 				now := start.Add(st.at)
 				switch st.op {
@@ -204,6 +223,74 @@ func TestBucketState(t *testing.T) {
 				}
 				if st.checkPaced && s.paced() != st.wantPaced {
 					t.Fatalf("step %d (%s at %v): paced %v, want %v", i, st.op, st.at, s.paced(), st.wantPaced)
+				}
+			}
+		})
+	}
+}
+
+// TestModelRateFollowsRefusals: model calls EC2 refuses (no probe out to have taken EC2's token) cut the
+// model's refill rate by half, at most once per token time; accepted calls grow it back, never past the
+// limit; the model refills at the rate it has, throttled or not.
+func TestModelRateFollowsRefusals(t *testing.T) {
+	lim := Limit{PerSecond: 8, Burst: 100}
+	ms := time.Millisecond
+	type call struct {
+		at      time.Duration
+		outcome outcome
+	}
+	refused := func(at time.Duration) call { return call{at, outcomeRefused} }
+	accepted := func(at time.Duration, n int) []call {
+		out := make([]call, n)
+		for i := range out {
+			out[i] = call{at, outcomeAccepted}
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		// calm: no episode (the tests' default is a throttled action).
+		calm  bool
+		calls []call
+		want  float64
+		// wantTokens, after refilling to the last call's time plus refillFor.
+		refillFor  time.Duration
+		wantTokens float64
+	}{
+		{name: "one refusal halves the rate", calls: []call{refused(0)}, want: 4, refillFor: 500 * ms, wantTokens: 2},
+		{name: "refusals within one token time cut once", calls: []call{refused(0), refused(100 * ms)}, want: 4},
+		{name: "refusals a token time apart cut again", calls: []call{refused(0), refused(250 * ms), refused(750 * ms)}, want: 1,
+			refillFor: time.Second, wantTokens: 1},
+		{name: "the rate never falls below its floor",
+			calls: []call{refused(0), refused(time.Second), refused(3 * time.Second), refused(6 * time.Second), refused(12 * time.Second),
+				refused(24 * time.Second), refused(48 * time.Second), refused(96 * time.Second), refused(200 * time.Second)},
+			want: 8.0 / 64},
+		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+rateGrowth, 22)},
+		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 80)...), want: 8},
+		{name: "outside an episode too", calm: true, calls: []call{refused(0)}, want: 4, refillFor: 500 * ms, wantTokens: 2},
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newBucketState(lim, start)
+			if !tt.calm {
+				// Throttled, and probing paused for good: the calls are model calls.
+				s.pauses, s.pausedUntil = 1, start.Add(time.Hour)
+			}
+			var last time.Duration
+			for _, c := range tt.calls {
+				now := start.Add(c.at)
+				// A model call with no probe out: nothing else may have taken EC2's token.
+				s.finish(now, ticket{kind: ticketModel, probes: s.probesGranted}, c.outcome)
+				last = c.at
+			}
+			if math.Abs(s.rate-tt.want) > 1e-9 {
+				t.Errorf("rate %v, want %v", s.rate, tt.want)
+			}
+			if tt.refillFor > 0 {
+				s.refill(start.Add(last + tt.refillFor))
+				if math.Abs(s.tokens-tt.wantTokens) > 1e-9 {
+					t.Errorf("%v after the last call: %v tokens, want %v", tt.refillFor, s.tokens, tt.wantTokens)
 				}
 			}
 		})
@@ -411,11 +498,30 @@ func TestBucketQueue(t *testing.T) {
 
 // TestPacedBurstUnderBuckets: a burst of attaches and detaches against buckets like EC2's (faster, to keep
 // the test short) all succeed, and the pacer keeps EC2's refusals to a small share of the calls (with
-// Pace.Off, three in four attempts are refused and some attaches fail after their ten attempts).
+// Pace.Off, three in four attempts are refused and some attaches fail after their ten attempts). So it does
+// when the account's buckets refill 5 times slower than the pacer assumes (another client spends them, or
+// the limits given are wrong): the model learns the slower rate.
 func TestPacedBurstUnderBuckets(t *testing.T) {
-	fl := map[string]faults.Limit{"AttachVolume": {RequestsPerSecond: 50, Burst: 10}, "DetachVolume": {RequestsPerSecond: 50, Burst: 10}}
+	tests := []struct {
+		name   string
+		model  Limit
+		bucket faults.Limit
+		// maxRefused is the share of each action's calls EC2 may refuse. (A model that never learns has three
+		// in four refused against a bucket 5 times smaller, and a quarter of the attaches fail.)
+		maxRefused float64
+	}{
+		{name: "model as the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 50, Burst: 10}, maxRefused: 1.0 / 3},
+		{name: "model 5 times the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 10, Burst: 10}, maxRefused: 1.0 / 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { pacedBurst(t, tt.model, tt.bucket, tt.maxRefused) })
+	}
+}
+
+func pacedBurst(t *testing.T, model Limit, bucket faults.Limit, maxRefused float64) {
+	fl := map[string]faults.Limit{"AttachVolume": bucket, "DetachVolume": bucket}
 	e := newTestEnv(t, fakecloudtest.Options{Cloud: sameZoneCloud(40), Faults: faults.Config{ActionRateLimits: fl}}, func(o *Options) {
-		o.Pace.Limits = map[string]Limit{"AttachVolume": {PerSecond: 50, Burst: 10}, "DetachVolume": {PerSecond: 50, Burst: 10}}
+		o.Pace.Limits = map[string]Limit{"AttachVolume": model, "DetachVolume": model}
 		o.Retry = RetryOptions{}
 	})
 	const n = 60
@@ -444,8 +550,8 @@ func TestPacedBurstUnderBuckets(t *testing.T) {
 	wg.Wait()
 	calls := e.calls(t)
 	for _, action := range []string{"AttachVolume", "DetachVolume"} {
-		if refused, all := calls[action+"/RequestLimitExceeded"], calls[action]; refused > all/3 {
-			t.Errorf("%s: %v of %v calls refused; want at most a third", action, refused, all)
+		if refused, all := calls[action+"/RequestLimitExceeded"], calls[action]; refused > all*maxRefused {
+			t.Errorf("%s: %v of %v calls refused; want at most %.0f %%", action, refused, all, 100*maxRefused)
 		}
 	}
 	t.Logf("calls: %v", calls)
@@ -480,5 +586,78 @@ func TestRandomRefusalsAreRetried(t *testing.T) {
 	wg.Wait()
 	if calls := e.calls(t); calls["CreateVolume/RequestLimitExceeded"] == 0 {
 		t.Errorf("no call was refused; the test proves nothing: %v", calls)
+	}
+}
+
+// TestRestartedDriverStartsEmpty: a driver that starts while the account's bucket is empty (the driver before
+// it, killed mid-burst, spent it) does not send a burst's worth of calls that EC2 refuses: its model starts
+// empty and it probes one call at a time. (A model that starts full sends as many calls as its burst at
+// once, and nearly all are refused: 30 refused calls for 20 creates.)
+func TestRestartedDriverStartsEmpty(t *testing.T) {
+	const burst = 20
+	lim := Limit{PerSecond: 8, Burst: burst}
+	e := newTestEnv(t, fakecloudtest.Options{Faults: faults.Config{ActionRateLimits: map[string]faults.Limit{
+		"CreateVolume": {RequestsPerSecond: lim.PerSecond, Burst: lim.Burst}}}}, func(o *Options) {
+		o.Pace.Limits = map[string]Limit{"CreateVolume": lim}
+		o.Retry = RetryOptions{}
+	})
+	createAll := func(c *Cloud, prefix string) {
+		var wg sync.WaitGroup
+		for _, name := range names(prefix, burst) {
+			wg.Go(func() {
+				if _, err := c.CreateDisk(ctxTimeout(t, time.Minute), name, cloud.DiskOptions{Zone: zoneA, SizeGiB: 1}); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// The first driver spends the bucket.
+	createAll(e.Cloud, "pvc-first")
+	// A second driver, started at once, on the same account.
+	reg := prometheus.NewRegistry()
+	o := fastOptions(e.fc, reg)
+	o.Pace.Limits, o.Retry = map[string]Limit{"CreateVolume": lim}, RetryOptions{}
+	next, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createAll(next, "pvc-second")
+	restarted := &testEnv{Cloud: next, fc: e.fc, reg: reg}
+	calls := restarted.calls(t)
+	if refused := calls["CreateVolume/RequestLimitExceeded"]; refused >= burst {
+		t.Errorf("the restarted driver had %v of %v CreateVolume calls refused; want fewer than a burst (%d)", refused, calls["CreateVolume"], burst)
+	}
+	t.Logf("restarted driver's calls: %v", calls)
+}
+
+// TestPollSpacingFollowsItsActions: while one action runs at its bucket's refill rate, only the batchers
+// whose waits follow its calls space their polls; the others poll at once.
+func TestPollSpacingFollowsItsActions(t *testing.T) {
+	tests := []struct {
+		paced string
+		// want is the spacing of each batcher, by resource.
+		want map[string]time.Duration
+	}{
+		{paced: "", want: map[string]time.Duration{"volumes": 0, "modifications": 0, "snapshots": 0, "instances": 0}},
+		{paced: "AttachVolume", want: map[string]time.Duration{"volumes": time.Second, "modifications": 0, "snapshots": 0, "instances": 0}},
+		{paced: "CreateSnapshot", want: map[string]time.Duration{"volumes": 0, "modifications": 0, "snapshots": time.Second, "instances": 0}},
+		{paced: "DescribeInstances", want: map[string]time.Duration{"volumes": 0, "modifications": 0, "snapshots": 0, "instances": time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run("paced "+tt.paced, func(t *testing.T) {
+			e := newTestEnv(t, fakecloudtest.Options{})
+			if tt.paced != "" {
+				b := e.pacer.bucketFor(tt.paced)
+				b.mu.Lock()
+				b.s.pauses = pacedPauses
+				b.mu.Unlock()
+			}
+			got := map[string]time.Duration{"volumes": e.volumes.spacing(), "modifications": e.modifications.spacing(),
+				"snapshots": e.snapshots.spacing(), "instances": e.instances.spacing()}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("spacing %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
