@@ -70,7 +70,7 @@ check_node_life() {
 		problem "$dir: no preStop hook on the driver's /prestop (port ${port:-unset}) to keep the registrar registered during the shutdown wait"
 	# The rules as one line of words, the same from kustomize's block lists and the chart's flow lists.
 	role=$(doc_of ClusterRole diskforge-node "$file" | sed -n '/^rules:/,$p' | sed 's/#.*//' | tr -s ' \n[]",-' ' ')
-	for rule in 'nodes verbs: get patch' 'csinodes verbs: get' 'volumeattachments verbs: list watch'; do
+	for rule in 'nodes verbs: get list watch patch' 'csinodes verbs: get' 'volumeattachments verbs: list watch'; do
 		grep -qE -- "resources: $rule( apiGroups:|[[:space:]]*$)" <<<"$role" ||
 			problem "$dir: the node ClusterRole does not grant exactly $rule on ${rule%% *}"
 	done
