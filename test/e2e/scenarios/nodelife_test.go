@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/diskforge/diskforge/internal/testutil"
 )
@@ -68,18 +69,43 @@ func TestNodeLife(t *testing.T) {
 	})
 }
 
-// scenarioStartupTaint: a node whose plugin is not ready yet carries the startup taint (as a node pool adds it at
-// join); a pod with one of our claims that must run there is not scheduled while the taint is on; the restarted
-// plugin lifts it once kubelet has registered it, and the pod runs.
+// scenarioStartupTaint: first a node manager puts the startup taint back on a node whose plugin serves, and the
+// plugin, watching its Node, removes it again. Then a node whose plugin is not ready yet carries the taint (as a
+// node pool adds it at join); a pod with one of our claims that must run there is not scheduled while the taint
+// is on; the restarted plugin lifts it once kubelet has registered it, and the pod runs.
 func scenarioStartupTaint(t *testing.T, r *run) {
 	r.needZones(t, 2, false)
 	n := r.nodesA[1]
-	r.addTaint(t, n.Name, corev1.Taint{Key: agentNotReadyTaint, Effect: corev1.TaintEffectNoSchedule})
+	taint := corev1.Taint{Key: agentNotReadyTaint, Effect: corev1.TaintEffectNoSchedule}
 	t.Cleanup(func() { r.removeTaint(t, n.Name, agentNotReadyTaint) })
 	old := r.nodePluginPod(t, n.Name)
+
+	putBack := time.Now()
+	r.addTaint(t, n.Name, taint)
+	waitWithin(t, "startup taint put back on "+n.Name+" removed by its serving plugin", 3*waitTimeout, func(ctx context.Context) (bool, string, error) {
+		tainted, err := r.hasTaint(ctx, n.Name, agentNotReadyTaint)
+		return !tainted, fmt.Sprintf("tainted: %v", tainted), err
+	})
+	removedAgain := time.Since(putBack)
+	t.Logf("startup taint put back on %s: removed again by the serving plugin %s later (target ≤ %s)", n.Name,
+		removedAgain.Round(time.Millisecond), taintLiftTarget)
+	recordTiming("  taint put back, removed again", result(removedAgain <= taintLiftTarget), removedAgain)
+	if removedAgain > taintLiftTarget {
+		t.Errorf("startup taint put back removed %s later; target %s", removedAgain, taintLiftTarget)
+	}
+
+	// The plugin's restart: the taint goes on once the old plugin is gone (it would remove it while it serves)
+	// and before the new one is registered, which takes kubelet seconds.
 	if err := r.cs.CoreV1().Pods(driverNamespace).Delete(t.Context(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete node plugin pod %s: %v", old.Name, err)
 	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 3*waitTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := r.cs.CoreV1().Pods(driverNamespace).Get(ctx, old.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("old node plugin pod %s not gone: %v", old.Name, err)
+	}
+	r.addTaint(t, n.Name, taint)
 	start := time.Now()
 	const claim, podName = "tainted", "tainted"
 	r.createPVC(t, pvc(claim, r.ns, classExt4, 1*gib, false, ""))
@@ -518,6 +544,15 @@ func (r *run) addTaint(t testing.TB, nodeName string, taint corev1.Taint) {
 		taints = slices.DeleteFunc(taints, func(tn corev1.Taint) bool { return tn.Key == taint.Key })
 		return append(taints, taint)
 	})
+}
+
+// hasTaint reports whether the node carries a taint with key.
+func (r *run) hasTaint(ctx context.Context, nodeName, key string) (bool, error) {
+	node, err := r.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(node.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == key }), nil
 }
 
 // removeTaint removes the taints with key from the node, if any.
