@@ -49,32 +49,17 @@ type StartupTaint struct {
 
 // Run removes the startup taint once kubelet has registered the driver on the node (its CSINode lists the
 // driver), and returns how long that took from the registration seen. Call it once the plugin serves its CSI
-// socket: a CSINode can list the driver from an earlier run of the plugin. Every failure (the API server down,
-// a conflicting update, RBAC refusing the read or the patch) is logged and retried with backoff until it
-// succeeds or ctx ends; it never gives up on its own. A Node without the taint returns at once.
+// socket: a CSINode can list the driver from an earlier run of the plugin. The Node is read only after the
+// registration, so a taint put on while the plugin starts is removed here too, and never before kubelet knows
+// the plugin. Every failure (the API server down, a conflicting update, RBAC refusing the read or the patch) is
+// logged and retried with backoff until it succeeds or ctx ends; it never gives up on its own.
 func (s *StartupTaint) Run(ctx context.Context) (time.Duration, error) {
 	s.defaults()
-	retry := backoff{next: s.RetryInitial, limit: s.RetryMax}
-	for {
-		node, err := s.Client.CoreV1().Nodes().Get(ctx, s.NodeName, metav1.GetOptions{})
-		if err == nil {
-			if !hasTaint(node, s.Key) {
-				klog.InfoS("No startup taint on the Node", "node", s.NodeName, "taint", s.Key)
-				return 0, nil
-			}
-			break
-		}
-		s.logFailure(err, "read the Node")
-		if ctxsleep.Sleep(ctx, retry.delay()) != nil {
-			return 0, ctx.Err()
-		}
-	}
-
 	registered, err := s.waitRegistered(ctx)
 	if err != nil {
 		return 0, err
 	}
-	retry = backoff{next: s.RetryInitial, limit: s.RetryMax}
+	retry := backoff{next: s.RetryInitial, limit: s.RetryMax}
 	for attempt := 1; ; attempt++ {
 		removed, err := s.removeOnce(ctx)
 		if err == nil {
@@ -83,7 +68,7 @@ func (s *StartupTaint) Run(ctx context.Context) (time.Duration, error) {
 				klog.InfoS("Startup taint removed", "node", s.NodeName, "taint", s.Key, "afterRegistration", took,
 					"afterRegistrationSeconds", took.Seconds(), "attempts", attempt)
 			} else {
-				klog.InfoS("Startup taint already gone from the Node", "node", s.NodeName, "taint", s.Key)
+				klog.InfoS("No startup taint on the Node", "node", s.NodeName, "taint", s.Key)
 			}
 			return took, nil
 		}

@@ -120,6 +120,45 @@ func TestStartupTaintWaitsForRegistration(t *testing.T) {
 	}
 }
 
+// TestStartupTaintAddedWhileStarting: the Node has no taint when the plugin starts; a node manager puts it on
+// before kubelet has registered the driver. It stays until the registration, then goes, and Run says so.
+func TestStartupTaintAddedWhileStarting(t *testing.T) {
+	client := fake.NewClientset(node(testNode, otherTaint), csiNode(testNode, "other.csi.example.com"))
+	var looks atomic.Int32
+	var registered, patchedEarly atomic.Bool
+	client.PrependReactor("get", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		switch looks.Add(1) {
+		case 2:
+			// Not registered yet: the node manager's taint arrives.
+			n := node(testNode, otherTaint, startupNoSchedule)
+			if err := client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, n, ""); err != nil {
+				t.Error(err)
+			}
+		case 4:
+			if err := client.Tracker().Update(csiResource, csiNode(testNode, "other.csi.example.com", testDriver), ""); err != nil {
+				t.Error(err)
+			}
+			registered.Store(true)
+		}
+		return false, nil, nil
+	})
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !registered.Load() {
+			patchedEarly.Store(true)
+		}
+		return false, nil, nil
+	})
+	if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if patchedEarly.Load() {
+		t.Error("the Node was patched before kubelet registered the driver")
+	}
+	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{otherTaint}) {
+		t.Errorf("taints = %v, want %v: the taint put on while the plugin started is still there", got, []corev1.Taint{otherTaint})
+	}
+}
+
 var csiResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "csinodes"}
 
 // TestStartupTaintRetries: a conflict, a refusal by RBAC or a taint added between read and patch (the patch's
