@@ -80,84 +80,77 @@ func TestStartupTaintRemoved(t *testing.T) {
 	}
 }
 
-// TestStartupTaintWaitsForRegistration: no patch before the CSINode lists the driver.
+// TestStartupTaintWaitsForRegistration: no patch before the CSINode lists the driver, whether the Node carries
+// the taint when the plugin starts or a node manager puts it on while kubelet has not registered the driver yet.
+// kubelet registers the driver at the fourth look: first no CSINode, then one without the driver.
 func TestStartupTaintWaitsForRegistration(t *testing.T) {
-	client := fake.NewClientset(node(testNode, startupNoExecute, otherTaint))
-	var gets atomic.Int32
-	var patchedEarly atomic.Bool
-	registered := atomic.Bool{}
-	client.PrependReactor("get", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		// kubelet registers the driver at the fourth look: first no CSINode, then one without the driver.
-		switch gets.Add(1) {
-		case 1:
-			return false, nil, nil
-		case 2:
-			if err := client.Tracker().Add(csiNode(testNode, "other.csi.example.com")); err != nil {
-				t.Error(err)
+	for _, tc := range []struct {
+		name        string
+		atStart     []corev1.Taint
+		whileUnregd []corev1.Taint // the Node's taints from the second look on, when set
+	}{
+		{"tainted at start", []corev1.Taint{startupNoExecute, otherTaint}, nil},
+		{"tainted while starting", []corev1.Taint{otherTaint}, []corev1.Taint{otherTaint, startupNoSchedule}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(node(testNode, tc.atStart...))
+			var gets atomic.Int32
+			var registered, patchedEarly, put atomic.Bool
+			// putOn is the node manager's taint, once: at the second look at the CSINode, or as a read of the
+			// Node before it is answered (a plugin that looks at its Node before the registration sees it
+			// untainted).
+			putOn := func() {
+				if tc.whileUnregd == nil || put.Swap(true) {
+					return
+				}
+				if err := client.Tracker().Update(nodeResource, node(testNode, tc.whileUnregd...), ""); err != nil {
+					t.Error(err)
+				}
 			}
-		case 4:
-			if err := client.Tracker().Update(csiResource, csiNode(testNode, "other.csi.example.com", testDriver), ""); err != nil {
-				t.Error(err)
+			client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if tc.whileUnregd == nil || put.Load() {
+					return false, nil, nil
+				}
+				putOn()
+				return true, node(testNode, tc.atStart...), nil
+			})
+			client.PrependReactor("get", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				switch gets.Add(1) {
+				case 1:
+					return false, nil, nil
+				case 2:
+					if err := client.Tracker().Add(csiNode(testNode, "other.csi.example.com")); err != nil {
+						t.Error(err)
+					}
+					putOn()
+				case 4:
+					if err := client.Tracker().Update(csiResource, csiNode(testNode, "other.csi.example.com", testDriver), ""); err != nil {
+						t.Error(err)
+					}
+					registered.Store(true)
+				}
+				return false, nil, nil
+			})
+			client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if !registered.Load() {
+					patchedEarly.Store(true)
+				}
+				return false, nil, nil
+			})
+			if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
+				t.Fatal(err)
 			}
-			registered.Store(true)
-		}
-		return false, nil, nil
-	})
-	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if !registered.Load() {
-			patchedEarly.Store(true)
-		}
-		return false, nil, nil
-	})
-	if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if patchedEarly.Load() {
-		t.Error("the Node was patched before kubelet registered the driver")
-	}
-	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{otherTaint}) {
-		t.Errorf("taints = %v, want %v", got, []corev1.Taint{otherTaint})
+			if patchedEarly.Load() {
+				t.Error("the Node was patched before kubelet registered the driver")
+			}
+			if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{otherTaint}) {
+				t.Errorf("taints = %v, want %v", got, []corev1.Taint{otherTaint})
+			}
+		})
 	}
 }
 
-// TestStartupTaintAddedWhileStarting: the Node has no taint when the plugin starts; a node manager puts it on
-// before kubelet has registered the driver. It stays until the registration, then goes, and Run says so.
-func TestStartupTaintAddedWhileStarting(t *testing.T) {
-	client := fake.NewClientset(node(testNode, otherTaint), csiNode(testNode, "other.csi.example.com"))
-	var looks atomic.Int32
-	var registered, patchedEarly atomic.Bool
-	client.PrependReactor("get", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		switch looks.Add(1) {
-		case 2:
-			// Not registered yet: the node manager's taint arrives.
-			n := node(testNode, otherTaint, startupNoSchedule)
-			if err := client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, n, ""); err != nil {
-				t.Error(err)
-			}
-		case 4:
-			if err := client.Tracker().Update(csiResource, csiNode(testNode, "other.csi.example.com", testDriver), ""); err != nil {
-				t.Error(err)
-			}
-			registered.Store(true)
-		}
-		return false, nil, nil
-	})
-	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if !registered.Load() {
-			patchedEarly.Store(true)
-		}
-		return false, nil, nil
-	})
-	if _, err := taintRemover(client).Run(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if patchedEarly.Load() {
-		t.Error("the Node was patched before kubelet registered the driver")
-	}
-	if got := taintsOf(t, client); !slices.Equal(got, []corev1.Taint{otherTaint}) {
-		t.Errorf("taints = %v, want %v: the taint put on while the plugin started is still there", got, []corev1.Taint{otherTaint})
-	}
-}
+var nodeResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
 var csiResource = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "csinodes"}
 
