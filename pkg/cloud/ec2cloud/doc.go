@@ -98,43 +98,40 @@
 // SDK's adaptive mode, which the driver used to run, cuts its rate on every throttle, random ones included
 // (30 % refused calls made 100 cycles take 165 s instead of under a second).
 //
-// pace.go keeps, per action, a model of the account's bucket (bucketState) inside the SDK's retry loop, so
-// every attempt passes through it, and lets calls go in their order of arrival (bucket). Its invariants:
+// pace.go keeps, per action, a limiter (bucketState): a model of the account's bucket, inside the SDK's retry
+// loop, so every attempt passes through it; calls go in their order of arrival (bucket). Its invariants:
 //
 //   - Model calls. A call that finds a token in the model takes it and goes. The model refills at its rate,
 //     never above the limit's PerSecond, and holds at most Burst tokens. A caller whose context ends while it
 //     waits leaves the queue; a ticket never sent is given back.
 //   - The model starts empty (newBucketState): a driver just started, perhaps after one killed mid-burst,
 //     does not know what the bucket holds, and learns it from EC2's answers.
-//   - Probes. Beyond the model, calls go as probes, at most window in flight. The window starts at one and
-//     grows by one with each probe EC2 accepts (TCP's slow start) up to 16 (maxWindow), so a driver whose
-//     account never runs dry is hardly slowed down, a fresh one reaches full speed in a few round trips, and
-//     a bucket that runs dry under a burst refuses at most 16 calls at once. An accepted probe takes a
-//     token from the model (EC2 had one the model had not).
-//   - A refused model call empties the model (its token is not given back): EC2 had less than a token.
-//   - Throttled. Refused probes in a row make an episode once random refusals would make such a run
-//     unlikely: below 1 in 1,000 at the share of model calls EC2 refuses (noise(): the last 32, from a prior
-//     of 30 % worth one call, so that a fresh driver's first refused probes do not read as an empty bucket;
-//     never more than six in a row needed). Then probes pause for a token time of the limit, twice that after
-//     the next such refusal, and so on up to a minute, one probe at a time in between; a refused probe short
-//     of that is noise and changes nothing. The episode ends when the model is full again or four probes in
-//     a row are accepted.
-//   - The learned rate. A refused model call (unless a probe was out that may have taken EC2's token) shows
-//     the bucket refilling slower than the model: the model's rate is halved, at most once per token time
-//     (cutRate), never below 1/64 of the limit. Each accepted call grows it by 1/64, up to the limit
-//     (growRate). So a bucket smaller than the model (another client spending the account's tokens, or
-//     limits set too high) is learned in a few refusals; with a model 5 times the buckets, 200 cycles
-//     see 8 to 12 % of their calls refused and none fail (test/bench controller --driver-args).
-//     Random refusals cut the rate too; the calls then go as probes, which they seldom pause (Throttled).
-//   - Paced. After four pauses in an episode the action runs at its bucket's refill rate, and the batchers
-//     whose waits follow its calls (pollSpacing: the volumes batcher for CreateVolume, AttachVolume,
-//     DetachVolume, DeleteVolume and DescribeVolumes) poll at most once per PaceOptions.PollInterval (1 s):
-//     the calls their polls would let go wait for tokens anyway. Other batchers poll as before.
+//   - Probes. Unless the action is paced, calls beyond the model go as probes, at most window in flight. The
+//     window starts at one and grows by one with each probe EC2 accepts (TCP's slow start) up to 4
+//     (maxWindow), so an account with room to spare is not held to the model, a fresh driver reaches full
+//     speed in a few round trips, and a bucket that runs dry under a burst refuses few calls at once. An
+//     accepted probe takes a token from the model (EC2 had one the model had not).
+//   - A refused call empties the model (its token is not given back): EC2 had less than a token.
+//   - The rate. A model call EC2 refuses (with no probe out that may have taken its token) shows the bucket
+//     refilling slower than the model: another client spends the account's tokens, or the limits given are
+//     too high. The model's rate is halved, at most once per token time (cutRate), never below 1/8 of the
+//     limit; each accepted call grows it by 1/64, up to the limit (growRate). With a model 5 times the
+//     buckets, 200 cycles see 4 to 7 % of their calls refused and none fail (test/bench controller
+//     --driver-args). Random refusals cut the rate too; the calls then go as probes.
+//   - Paced. Ten refused calls in a row (refusalsToPace) show the bucket empty; random refusals, even of 30 %
+//     of all calls, make such a run about once in 170,000 calls. The action is then paced: no probe goes,
+//     calls wait for the model's tokens, and the window is back at one. A full model (the action calm for
+//     as long as EC2 takes to refill its bucket at the model's rate) ends the paced spell; the rate's floor
+//     bounds how long that takes after random refusals cut it.
+//   - Polls. While an action is paced, the batchers whose waits follow its calls (pollSpacing: the volumes
+//     batcher for CreateVolume, AttachVolume, DetachVolume, DeleteVolume and DescribeVolumes) poll at most
+//     once per PaceOptions.PollInterval (1 s): the calls their polls would let go wait for tokens anyway.
+//     Other batchers poll as before.
 //
 // Refusals the model did not foresee (another client, a random fault) are retried after a short jittered
 // backoff (RetryOptions.ThrottleBaseDelay, 25 ms, doubling per attempt up to a second): waiting for the
 // bucket is the pacer's part. The pacer logs, at the default verbosity, once when EC2 starts throttling an
-// action (an episode) and once when it stops; diskforge_cloud_api_pacing_seconds{action} times the waits.
+// action (it becomes paced) and once when it stops; diskforge_cloud_api_pacing_seconds{action} times the waits.
 // PaceOptions.Limits takes an account's raised limits (--ec2-request-limits); PaceOptions.Off sends every
 // call at once. Under EC2's own buckets, 1,000 cycles take 1.01 times the floor the buckets allow, about 4.3
 // calls per cycle; with 30 % of calls refused at random, 100 cycles take 0.4 to 1.5 s, against 0.3 to 0.4 s

@@ -75,48 +75,29 @@ func limitOf(limits map[string]Limit, action string) (Limit, bool) {
 	return l, ok
 }
 
-// Tuning of the pacer's judgement; see doc.go.
+// Tuning of the pacer; see "Pacing" in doc.go.
 const (
-	// initialWindow is how many calls beyond the model may be in flight before any has been answered.
+	// initialWindow is how many calls beyond the model may be in flight at first, and again after a paced
+	// spell.
 	initialWindow = 1
 	// maxWindow bounds the calls beyond the model in flight, and so the calls EC2 refuses at once when its
-	// bucket runs dry under a burst. Sixteen in flight let several hundred calls a second go at EC2's round
-	// trips, far beyond any default bucket's refill.
-	maxWindow = 16
-	// evidence: a run of refused probes shows the bucket empty once random refusals at the rate seen on
-	// model calls would make such a run this unlikely: with none seen yet (noisePrior), six refusals; with
-	// 32 seen and none refused, two; with 30 % of them refused, six.
-	evidence = 0.001
-	// maxRefusedProbes refused probes in a row are evidence however many model calls EC2 refuses: a third
-	// refused at random needs six.
-	maxRefusedProbes = 6
-	// noiseSamples is how many recent model calls the refusal rate is read from.
-	noiseSamples = 32
-	// calmProbes probes accepted in a row end a throttled episode: EC2 let that many calls through beyond
-	// the model, so its bucket is fuller than the model's (the account's limits are higher than the defaults,
-	// or the refusals that started the episode were noise). Under the model's limits, EC2 is at most a token
-	// or so ahead of it.
-	calmProbes = 4
-	// maxProbePause bounds the pause of probing after refused probes.
-	maxProbePause = time.Minute
-	// pacedPauses pauses in an episode show the action running at its bucket's refill rate for a while: the
-	// fourth starts seven token times into the episode (1.4 s at 5 tokens a second), and random refusals
-	// would hardly ever make so many runs of evidence (batchers space their polls then: pollSpacing).
-	pacedPauses = 4
-	// rateCut is what a refused model call leaves of the model's refill rate: EC2 had no token where the model
-	// had one, so the account's bucket refills slower than the model (another client spends it too, or its
-	// limits are lower). Halving finds a bucket 5 times smaller in three refusals.
+	// bucket runs dry under a burst. Four in flight let scores of calls a second go at EC2's round trips,
+	// far beyond any default bucket's refill.
+	maxWindow = 8
+	// refusalsToPace refused calls in a row show the account's bucket empty: random refusals of 30 % of all
+	// calls make such a run about once in 170,000 calls, while a bucket run dry refuses every call beyond
+	// its refill, so the run costs little more than the window of calls already in flight.
+	refusalsToPace = 10
+	// rateCut is what a refused model call leaves of the model's refill rate: EC2
+	// had no token where the model had one, so the account's bucket refills slower than the model (another
+	// client spends it too, or its limits are lower). Halving finds a bucket 5 times smaller in three cuts.
 	rateCut = 0.5
 	// rateGrowth is how much each accepted call grows the rate back, up to the limit: a halved rate is whole
-	// again after 45 accepted calls, so against a smaller bucket about one model call in 46 is refused.
+	// again after 45 accepted calls.
 	rateGrowth = 1.0 / 64
-	// noisePrior is the share of refused model calls assumed before any is seen, worth one call: as many as
-	// EC2 refuses at random in make bench's noisy case. A driver starts with an empty model, so its first
-	// calls are probes: were a few refused probes enough to pause them, random refusals would pause a fresh
-	// driver for seconds; against an empty bucket, it costs a few refused calls more.
-	noisePrior = 0.3
-	// minRateShare bounds the cuts: the rate stays at least this share of the limit's.
-	minRateShare = 1.0 / 64
+	// minRateShare bounds the cuts: the rate stays at least this share of the limit's, which bounds how long
+	// random refusals that cut it can hold a paced spell (the model fills at this share of its refill).
+	minRateShare = 1.0 / 8
 )
 
 // ticketKind is how a call was let through: on a token of the model, or as a probe beyond it.
@@ -128,7 +109,7 @@ const (
 )
 
 // ticket is a call's leave to go. For a model call, probes is the number of probes granted before it and
-// probesOut whether any was in flight, to tell a call that raced a probe (see finish).
+// probesOut whether any was in flight, to tell a call that may have met EC2 after a probe (see finish).
 type ticket struct {
 	kind      ticketKind
 	probes    uint64
@@ -147,8 +128,8 @@ const (
 	outcomeUnknown
 )
 
-// bucketState models one action's bucket at EC2 and decides which calls go. It holds no lock and reads no
-// clock: bucket does both, and tests drive it with times of their own.
+// bucketState is one action's limiter: a model of the account's bucket that decides which calls go. It holds
+// no lock and reads no clock: bucket does both, and tests drive it with times of their own.
 type bucketState struct {
 	limit Limit
 	// tokens are the model's, refilled at rate to at. rate is limit.PerSecond at most, cut when EC2 refuses
@@ -157,22 +138,15 @@ type bucketState struct {
 	at      time.Time
 	rate    float64
 	lastCut time.Time
-
-	// window is how many probes may be in flight; probesGranted counts the probes let go, and probesDone
-	// those that have ended (the difference is in flight).
+	// paced: refusalsToPace calls in a row were refused, so the account's bucket is empty and calls wait for
+	// the model's tokens; no call goes beyond it until the model is full again.
+	paced bool
+	// refusedRun counts the calls refused since EC2 last accepted one.
+	refusedRun int
+	// window is how many probes may be in flight while not paced; probesGranted counts the probes let go,
+	// and probesDone those that have ended (the difference is in flight).
 	window                    int
 	probesGranted, probesDone uint64
-	// refusedProbes counts probes refused since one was accepted, and acceptedProbes those accepted since one
-	// was refused.
-	refusedProbes, acceptedProbes int
-	// pauses counts the pauses of probing in this episode, and is above 0 while the action is throttled: EC2
-	// refused calls beyond the model, so its bucket is as the model says and no fuller.
-	pauses      int
-	pausedUntil time.Time
-	// recent holds whether each of the latest model calls was refused (a ring of noiseSamples); n is how many
-	// it holds, next where the next goes.
-	recent  [noiseSamples]bool
-	n, next int
 }
 
 // newBucketState starts the model empty: a driver that just started does not know what the account's bucket
@@ -203,52 +177,39 @@ func (s *bucketState) cutRate(now time.Time) {
 // growRate gives a share of the rate back for a call EC2 accepted.
 func (s *bucketState) growRate() { s.rate = min(s.rate*(1+rateGrowth), s.limit.PerSecond) }
 
-// refill brings the model to now. A full bucket ends a throttled episode: the action has been calm for as
-// long as EC2 takes to refill it, so probing starts again from the initial window. It reports whether an
-// episode ended.
-func (s *bucketState) refill(now time.Time) (ended bool) {
+// refill brings the model to now. A full model ends a paced spell: the action has been calm for as long as
+// EC2 takes to refill its bucket, so probing starts again from the initial window.
+func (s *bucketState) refill(now time.Time) {
 	if now.After(s.at) {
 		s.tokens += s.rate * now.Sub(s.at).Seconds()
 		s.at = now
 	}
 	if s.tokens < float64(s.limit.Burst) {
-		return false
+		return
 	}
 	s.tokens = float64(s.limit.Burst)
-	if s.pauses == 0 {
-		return false
+	if s.paced {
+		s.paced, s.refusedRun, s.window = false, 0, initialWindow
 	}
-	s.calm()
-	return true
 }
 
 // probesInFlight counts the probes let go that have not ended.
 func (s *bucketState) probesInFlight() int { return int(s.probesGranted - s.probesDone) }
 
-// calm ends a throttled episode.
-func (s *bucketState) calm() {
-	s.pauses, s.refusedProbes, s.acceptedProbes, s.pausedUntil, s.window = 0, 0, 0, time.Time{}, initialWindow
-}
-
-// grant lets one call go if it may: on a token of the model, else as a probe when the probe window has room
-// and probing is not paused. Otherwise wait is how long until that may change by the clock alone (0: only a
-// call's end can change it).
+// grant lets one call go if it may: on a token of the model, else, unless paced, as a probe when the window
+// has room. Otherwise wait is how long until the model has a token (0: only a call's end can let one go).
 func (s *bucketState) grant(now time.Time) (t ticket, ok bool, wait time.Duration) {
 	s.refill(now)
 	if s.tokens >= 1 {
 		s.tokens--
 		return ticket{kind: ticketModel, probes: s.probesGranted, probesOut: s.probesInFlight() > 0}, true, 0
 	}
-	probeRoom := s.probesInFlight() < s.window
-	if probeRoom && !now.Before(s.pausedUntil) {
+	if !s.paced && s.probesInFlight() < s.window {
 		s.probesGranted++
 		return ticket{kind: ticketProbe}, true, 0
 	}
 	if s.rate > 0 {
 		wait = time.Duration(math.Ceil((1 - s.tokens) / s.rate * float64(time.Second)))
-	}
-	if probeRoom && (wait == 0 || s.pausedUntil.Sub(now) < wait) {
-		wait = s.pausedUntil.Sub(now)
 	}
 	return ticket{}, false, wait
 }
@@ -262,102 +223,45 @@ func (s *bucketState) giveBack(t ticket) {
 	s.tokens = min(s.tokens+1, float64(s.limit.Burst))
 }
 
-// finish records what EC2 made of a call let through on t. It reports whether the action became throttled
-// (the first pause of an episode).
-func (s *bucketState) finish(now time.Time, t ticket, o outcome) (throttled bool) {
+// finish records what EC2 made of a call let through on t. It reports whether the action became paced.
+func (s *bucketState) finish(now time.Time, t ticket, o outcome) (pacedNow bool) {
 	s.refill(now)
-	// A model call that may have met EC2 after a probe (one was out when it went, went since, or is out still)
-	// may have been refused for the probe's sake: its outcome says nothing of noise.
+	// A model call that may have met EC2 after a probe (one was out when it went, went since, or is out
+	// still) may have been refused because the probe took EC2's token.
 	raced := t.kind == ticketModel && (t.probesOut || s.probesGranted != t.probes || s.probesInFlight() > 0)
 	if t.kind == ticketProbe {
 		s.probesDone++
 	}
-	switch {
-	case o == outcomeAccepted && t.kind == ticketProbe:
-		// EC2 had a token the model did not, and has one less now: it is no emptier than the model at 0. (A
-		// model call that raced the probe and found EC2 empty is refused, and empties the model in turn.)
-		s.tokens = max(s.tokens-1, 0)
+	switch o {
+	case outcomeAccepted:
+		s.refusedRun = 0
 		s.growRate()
-		s.refusedProbes = 0
-		s.acceptedProbes++
-		switch {
-		case s.pauses == 0:
-			// Room beyond the model: more calls may go beyond it at once.
-			s.window = min(s.window+1, maxWindow)
-		case s.acceptedProbes >= calmProbes:
-			// As many calls beyond the model in a row show the account's bucket fuller than the model's.
-			s.calm()
+		if t.kind == ticketProbe {
+			// EC2 had a token the model did not, and has one less now: it is no emptier than the model at 0.
+			s.tokens = max(s.tokens-1, 0)
+			if !s.paced {
+				s.window = min(s.window+1, maxWindow)
+			}
 		}
-	case o == outcomeAccepted:
-		if !raced {
-			s.sample(false)
-			s.growRate()
-		}
-	case o == outcomeRefused && t.kind == ticketProbe:
-		s.acceptedProbes = 0
-		s.refusedProbes++
-		// A run of refused probes shows the bucket empty once random refusals at the rate model calls meet
-		// would make it unlikely, and at maxRefusedProbes whatever that rate: model calls refused that often
-		// are no longer noise but a bucket smaller than the model's, or shared with busy clients. Until then
-		// a refusal is noise, and the window stays as it is: under 30 % random refusals, a window cut at
-		// each would let calls beyond the model go one or two at a time.
-		if s.refusedProbes >= maxRefusedProbes || math.Pow(s.noise(), float64(s.refusedProbes)) < evidence {
-			s.window = initialWindow
-			return s.pause(now)
-		}
-	case o == outcomeRefused:
-		// EC2's bucket held less than a token when the model had one: it is ahead of EC2 (other clients spend
-		// the account's tokens too), and is now as empty as EC2's. Were the refused call's token given back,
-		// the next call would go at once and be refused in turn until EC2 caught up. While the action is
-		// throttled (probes have shown the bucket empty, so this is not noise), and unless a probe may have
-		// taken EC2's token, the bucket also refills slower than the model: the rate is cut.
+	case outcomeRefused:
+		s.refusedRun++
+		// EC2 had less than a token: the model is as empty as EC2's bucket. Were the refused call's token
+		// given back, the next call would go at once and be refused in turn until EC2 caught up.
 		s.tokens = min(s.tokens, 0)
-		if !raced {
-			s.sample(true)
+		// A model call refused that no probe raced shows the bucket refilling slower than the model.
+		if t.kind == ticketModel && !raced {
 			s.cutRate(now)
+		}
+		if !s.paced && s.refusedRun >= refusalsToPace {
+			s.paced, s.window = true, initialWindow
+			return true
 		}
 	}
 	return false
 }
 
-// pause stops probing for a while that doubles with each pause of the episode, from the time EC2 takes to
-// refill one token.
-func (s *bucketState) pause(now time.Time) (first bool) {
-	s.pauses++
-	// From the limit's token time, not the learned rate's: random refusals cut that rate too, and probing
-	// must not stop for long because of them.
-	d := maxProbePause
-	if s.limit.PerSecond > 0 && s.pauses < 32 {
-		d = min(maxProbePause, time.Duration(float64(time.Second)/s.limit.PerSecond*math.Exp2(float64(s.pauses-1))))
-	}
-	s.pausedUntil = now.Add(d)
-	return s.pauses == 1
-}
-
-func (s *bucketState) sample(refused bool) {
-	s.recent[s.next] = refused
-	s.next = (s.next + 1) % noiseSamples
-	s.n = min(s.n+1, noiseSamples)
-}
-
-// noise estimates the share of model calls EC2 refuses from the recent ones, starting from noisePrior worth
-// one call, so that a few samples do not read as certainty either way.
-func (s *bucketState) noise() float64 {
-	refused := 0
-	for i := range s.n {
-		if s.recent[i] {
-			refused++
-		}
-	}
-	return (float64(refused) + noisePrior) / float64(s.n+1)
-}
-
-// throttled reports whether EC2 has throttled calls beyond the model in this episode.
-func (s *bucketState) throttled() bool { return s.pauses > 0 }
-
-// paced reports whether the episode has lasted through pacedPauses pauses: EC2 refused calls beyond the model
-// each time a pause was over, so the action runs at the bucket's refill rate, and will for a while.
-func (s *bucketState) paced() bool { return s.pauses >= pacedPauses }
+// throttled reports whether the action is paced: EC2 showed its bucket empty, and calls wait for the model.
+func (s *bucketState) throttled() bool { return s.paced }
 
 // clock is time for the pacer; tests drive a fake one.
 type clock interface {
@@ -437,7 +341,7 @@ func (b *bucket) finish(t ticket, o outcome) {
 	b.dispatchLocked()
 }
 
-// grantLocked is grant, telling onChange when a full bucket ended the episode. Caller holds b.mu.
+// grantLocked is grant, telling onChange when a full model ended the paced spell. Caller holds b.mu.
 func (b *bucket) grantLocked() (ticket, bool, time.Duration) {
 	wasThrottled := b.s.throttled()
 	t, ok, wait := b.s.grant(b.clock.Now())
@@ -515,7 +419,7 @@ func (p *pacer) bucketFor(action string) *bucket {
 }
 
 // logThrottling tells, at the default verbosity, when EC2 starts or stops throttling an action: once per
-// episode, not per call.
+// paced spell, not per call.
 func logThrottling(action string, l Limit, throttled bool) {
 	if throttled {
 		klog.InfoS("EC2 throttles an action; pacing its calls to its request bucket", "action", action,
@@ -537,7 +441,7 @@ func (p *pacer) pollSpacing(actions ...string) time.Duration {
 			continue
 		}
 		b.mu.Lock()
-		paced := b.s.paced()
+		paced := b.s.throttled()
 		b.mu.Unlock()
 		if paced {
 			return p.opts.PollInterval

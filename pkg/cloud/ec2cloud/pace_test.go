@@ -31,10 +31,8 @@ type paceStep struct {
 	wantOK     bool
 	wantTicket ticketKind
 	wantWait   time.Duration
-	// after the step; wantPaced is checked only when checkPaced.
-	wantThrottled bool
-	checkPaced    bool
-	wantPaced     bool
+	// wantPaced is the state after the step.
+	wantPaced bool
 }
 
 // grants returns n steps at at that each get a model token.
@@ -50,36 +48,35 @@ func steps(parts ...[]paceStep) []paceStep { return slices.Concat(parts...) }
 
 func one(s paceStep) []paceStep { return []paceStep{s} }
 
-// primed is a bucketState that has seen accepted and refused model calls, for its noise estimate.
-func primed(s *bucketState, accepted, refused int) *bucketState {
-	for range accepted {
-		s.sample(false)
+// probeRefusals is n probes at at, each refused before the next goes; paced is the state after the last.
+func probeRefusals(at time.Duration, n int, paced bool) []paceStep {
+	var out []paceStep
+	for i := range n {
+		out = append(out, paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe},
+			paceStep{at: at, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantPaced: paced && i == n-1})
 	}
-	for range refused {
-		s.sample(true)
-	}
-	return s
+	return out
 }
 
 func TestBucketState(t *testing.T) {
 	lim := Limit{PerSecond: 5, Burst: 3} // a token every 200ms
 	ms := time.Millisecond
-	probe := func(at time.Duration, throttled bool) paceStep {
-		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe, wantThrottled: throttled}
+	probe := func(at time.Duration, paced bool) paceStep {
+		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe, wantPaced: paced}
 	}
-	model := func(at time.Duration, throttled bool) paceStep {
-		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketModel, wantThrottled: throttled}
+	model := func(at time.Duration, paced bool) paceStep {
+		return paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketModel, wantPaced: paced}
 	}
-	wait := func(at, d time.Duration, throttled bool) paceStep {
-		return paceStep{at: at, op: "grant", wantWait: d, wantThrottled: throttled}
+	wait := func(at, d time.Duration, paced bool) paceStep {
+		return paceStep{at: at, op: "grant", wantWait: d, wantPaced: paced}
 	}
-	end := func(at time.Duration, t ticketKind, o outcome, throttled bool) paceStep {
-		return paceStep{at: at, op: "finish", ticket: t, outcome: o, wantThrottled: throttled}
+	end := func(at time.Duration, t ticketKind, o outcome, paced bool) paceStep {
+		return paceStep{at: at, op: "finish", ticket: t, outcome: o, wantPaced: paced}
 	}
+	// toPace spends the full model and has refusalsToPace probes refused, which paces the action at 0.
+	toPace := steps(grants(0, 3), probeRefusals(0, refusalsToPace, true))
 	tests := []struct {
 		name string
-		// accepted and refused model calls seen before the steps (noise: (refused+1)/(all+2)).
-		accepted, refused int
 		// fresh starts from a new bucketState; the others from a model that has been calm long enough to be
 		// full.
 		fresh bool
@@ -110,26 +107,19 @@ func TestBucketState(t *testing.T) {
 				one(probe(100*ms, false)), one(probe(100*ms, false)), one(wait(100*ms, 200*ms, false)), one(model(300*ms, false))),
 		},
 		{
-			// Noise 0.3/33: two refused probes are evidence, and every one after them in the episode.
-			name:     "two refused probes, with no model call refused, pause probing a refill interval, then twice as long",
-			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, false),
-				one(probe(0, false)),
-				one(paceStep{op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true, checkPaced: true}),
-				one(wait(100*ms, 100*ms, true)),
-				// The pause ends with the model's next token: one model call, then a probe.
-				one(model(200*ms, true)), one(probe(200*ms, true)),
-				one(paceStep{at: 200 * ms, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true,
-					checkPaced: true}),
-				// Second pause: 400ms, while the model gives a token every 200ms.
-				one(wait(300*ms, 100*ms, true)), one(model(400*ms, true)), one(wait(500*ms, 100*ms, true)),
-				one(model(600*ms, true)), one(probe(600*ms, true)),
-				// Third pause: 800ms; the fourth makes the action paced.
-				one(end(600*ms, ticketProbe, outcomeRefused, true)),
-				one(wait(700*ms, 100*ms, true)), one(model(800*ms, true)), one(model(1000*ms, true)), one(model(1200*ms, true)),
-				one(wait(1300*ms, 100*ms, true)), one(model(1400*ms, true)), one(probe(1400*ms, true)),
-				one(paceStep{at: 1400 * ms, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: true,
-					checkPaced: true, wantPaced: true})),
+			name: "refused calls in a row pace the action: no probe goes, calls wait for the model's tokens",
+			steps: steps(toPace, one(wait(0, 200*ms, true)), one(wait(100*ms, 100*ms, true)), one(model(200*ms, true)),
+				one(wait(200*ms, 200*ms, true))),
+		},
+		{
+			name:  "one call short of the run, calls still go beyond the model",
+			steps: steps(grants(0, 3), probeRefusals(0, refusalsToPace-1, false), one(probe(0, false))),
+		},
+		{
+			name: "an accepted call breaks the run",
+			steps: steps(grants(0, 3), probeRefusals(0, refusalsToPace-1, false), one(probe(0, false)),
+				one(end(0, ticketProbe, outcomeAccepted, false)), probeRefusals(0, refusalsToPace-1, false),
+				one(probe(0, false))),
 		},
 		{
 			name: "a refused model call empties the model (its token is not given back) and halves its rate",
@@ -137,56 +127,15 @@ func TestBucketState(t *testing.T) {
 				one(probe(0, false)), one(wait(0, 400*ms, false))),
 		},
 		{
-			name: "a refused model call empties the model of the tokens it still had",
-			steps: steps(grants(0, 1), one(end(0, ticketModel, outcomeRefused, false)),
-				one(probe(0, false)), one(wait(0, 400*ms, false))),
+			name: "paced, a refused model call halves the rate, and no probe goes",
+			steps: steps(toPace, one(model(200*ms, true)), one(end(200*ms, ticketModel, outcomeRefused, true)),
+				one(wait(200*ms, 400*ms, true)), one(model(600*ms, true))),
 		},
 		{
-			// Noise 10.3/33: its 5th power > 0.001 > its 6th.
-			name:     "random refusals of model calls make refused probes weaker evidence",
-			accepted: 22, refused: 10,
-			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
-		},
-		{
-			// Noise 16.3/33, half the model calls refused: six refused probes in a row all the same.
-			name:     "six refused probes in a row are evidence however noisy the model calls",
-			accepted: 16, refused: 16,
-			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
-		},
-		{
-			// Noise 0.3, as much as make bench's random refusals: its 5th power > 0.001 > its 6th.
-			name:  "before any model call has ended, six refused probes are evidence",
-			steps: steps(grants(0, 3), probeRefusals(0, 5, false), probeRefusals(0, 1, true)),
-		},
-		{
-			// Were the model call's refusal noise, noise would be 1.3/34 and two refused probes too few.
-			name:     "a model call refused while a probe was out says nothing of noise",
-			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 1, false), one(probe(0, false)), one(model(200*ms, false)),
-				one(end(200*ms, ticketModel, outcomeRefused, false)), one(end(200*ms, ticketProbe, outcomeRefused, true))),
-		},
-		{
-			name:     "while throttled, probes go one at a time",
-			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
-				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
-				one(probe(200*ms, true)), one(wait(200*ms, 200*ms, true))),
-		},
-		{
-			name:     "probes accepted in a row end the episode",
-			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 2, true), one(model(200*ms, true)),
-				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
-				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
-				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, true)),
-				one(probe(200*ms, true)), one(end(200*ms, ticketProbe, outcomeAccepted, false))),
-		},
-		{
-			name:     "a full model ends the episode",
-			accepted: 32,
-			steps: steps(grants(0, 3), probeRefusals(0, 2, true),
+			name: "a full model ends the paced spell, and probes go again",
+			steps: steps(toPace,
 				one(model(599*ms, true)), // 2.995 tokens: not full
-				one(model(1200*ms, false))),
+				one(model(1200*ms, false)), grants(1200*ms, 2), one(probe(1200*ms, false)), one(wait(1200*ms, 200*ms, false))),
 		},
 		{
 			name: "calls given back unsent return their token or probe slot",
@@ -198,7 +147,7 @@ func TestBucketState(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := primed(newBucketState(lim, start), tt.accepted, tt.refused)
+			s := newBucketState(lim, start)
 			if !tt.fresh {
 				s.tokens = float64(lim.Burst)
 			}
@@ -218,11 +167,8 @@ func TestBucketState(t *testing.T) {
 				default:
 					t.Fatalf("step %d: unknown op %q", i, st.op)
 				}
-				if s.throttled() != st.wantThrottled {
-					t.Fatalf("step %d (%s at %v): throttled %v, want %v (state %+v)", i, st.op, st.at, s.throttled(), st.wantThrottled, *s)
-				}
-				if st.checkPaced && s.paced() != st.wantPaced {
-					t.Fatalf("step %d (%s at %v): paced %v, want %v", i, st.op, st.at, s.paced(), st.wantPaced)
+				if s.throttled() != st.wantPaced {
+					t.Fatalf("step %d (%s at %v): paced %v, want %v (state %+v)", i, st.op, st.at, s.throttled(), st.wantPaced, *s)
 				}
 			}
 		})
@@ -249,10 +195,12 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		// calm: no episode (the tests' default is a throttled action).
-		calm  bool
-		calls []call
-		want  float64
+		// unpaced: the action is not paced (the tests' default is a paced one).
+		unpaced bool
+		// probeOut: a probe was out when each call went, and may have taken EC2's token.
+		probeOut bool
+		calls    []call
+		want     float64
 		// wantTokens, after refilling to the last call's time plus refillFor.
 		refillFor  time.Duration
 		wantTokens float64
@@ -264,24 +212,21 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 		{name: "the rate never falls below its floor",
 			calls: []call{refused(0), refused(time.Second), refused(3 * time.Second), refused(6 * time.Second), refused(12 * time.Second),
 				refused(24 * time.Second), refused(48 * time.Second), refused(96 * time.Second), refused(200 * time.Second)},
-			want: 8.0 / 64},
+			want: 8.0 / 8},
 		{name: "accepted calls grow it back", calls: append([]call{refused(0)}, accepted(time.Second, 22)...), want: 4 * math.Pow(1+rateGrowth, 22)},
 		{name: "never past the limit", calls: append([]call{refused(0)}, accepted(time.Second, 80)...), want: 8},
-		{name: "outside an episode too", calm: true, calls: []call{refused(0)}, want: 4, refillFor: 500 * ms, wantTokens: 2},
+		{name: "unpaced too", unpaced: true, calls: []call{refused(0)}, want: 4, refillFor: 500 * ms, wantTokens: 2},
+		{name: "a refusal that may be a probe's doing cuts nothing", probeOut: true, calls: []call{refused(0)}, want: 8},
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newBucketState(lim, start)
-			if !tt.calm {
-				// Throttled, and probing paused for good: the calls are model calls.
-				s.pauses, s.pausedUntil = 1, start.Add(time.Hour)
-			}
+			s.paced = !tt.unpaced
 			var last time.Duration
 			for _, c := range tt.calls {
 				now := start.Add(c.at)
-				// A model call with no probe out: nothing else may have taken EC2's token.
-				s.finish(now, ticket{kind: ticketModel, probes: s.probesGranted}, c.outcome)
+				s.finish(now, ticket{kind: ticketModel, probes: s.probesGranted, probesOut: tt.probeOut}, c.outcome)
 				last = c.at
 			}
 			if math.Abs(s.rate-tt.want) > 1e-9 {
@@ -295,16 +240,6 @@ func TestModelRateFollowsRefusals(t *testing.T) {
 			}
 		})
 	}
-}
-
-// probeRefusals is n probes at at, each refused before the next goes; throttled is the state after the last.
-func probeRefusals(at time.Duration, n int, throttled bool) []paceStep {
-	var out []paceStep
-	for i := range n {
-		out = append(out, paceStep{at: at, op: "grant", wantOK: true, wantTicket: ticketProbe},
-			paceStep{at: at, op: "finish", ticket: ticketProbe, outcome: outcomeRefused, wantThrottled: throttled && i == n-1})
-	}
-	return out
 }
 
 func TestLimitOf(t *testing.T) {
@@ -440,8 +375,8 @@ func TestBucketQueue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 			s := newBucketState(Limit{PerSecond: 5, Burst: 2}, clk.Now())
-			// Empty, and probing paused for good: calls go on the model's tokens alone.
-			s.tokens, s.pauses, s.pausedUntil = 0, 1, clk.Now().Add(time.Hour)
+			// Empty and paced: calls go on the model's tokens alone.
+			s.tokens, s.paced = 0, true
 			b := &bucket{action: "AttachVolume", clock: clk, onChange: func(string, Limit, bool) {}, s: s}
 			var (
 				mu   sync.Mutex
@@ -510,8 +445,8 @@ func TestPacedBurstUnderBuckets(t *testing.T) {
 		// in four refused against a bucket 5 times smaller, and a quarter of the attaches fail.)
 		maxRefused float64
 	}{
-		{name: "model as the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 50, Burst: 10}, maxRefused: 1.0 / 3},
-		{name: "model 5 times the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 10, Burst: 10}, maxRefused: 1.0 / 2},
+		{name: "model as the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 50, Burst: 10}, maxRefused: 0.5},
+		{name: "model 5 times the bucket", model: Limit{PerSecond: 50, Burst: 10}, bucket: faults.Limit{RequestsPerSecond: 10, Burst: 10}, maxRefused: 0.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { pacedBurst(t, tt.model, tt.bucket, tt.maxRefused) })
@@ -650,7 +585,7 @@ func TestPollSpacingFollowsItsActions(t *testing.T) {
 			if tt.paced != "" {
 				b := e.pacer.bucketFor(tt.paced)
 				b.mu.Lock()
-				b.s.pauses = pacedPauses
+				b.s.paced = true
 				b.mu.Unlock()
 			}
 			got := map[string]time.Duration{"volumes": e.volumes.spacing(), "modifications": e.modifications.spacing(),
