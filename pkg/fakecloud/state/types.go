@@ -164,6 +164,11 @@ type Snapshot struct {
 	// Capture is how the point in time was fixed (blockdev.Capture), which says whether a copy cut short by a
 	// restart may run again.
 	Capture string `json:"capture,omitempty"`
+	// SourceSnapshotID is the snapshot this one is a copy of (CopySnapshot).
+	SourceSnapshotID string `json:"sourceSnapshotId,omitempty"`
+	// SharedWith are the accounts given createVolumePermission; Public is the group all's permission.
+	SharedWith []string `json:"sharedWith,omitempty"`
+	Public     bool     `json:"public,omitempty"`
 }
 
 // Instance is a machine volumes attach to: a node of a test cluster.
