@@ -126,7 +126,9 @@ func TestCopySnapshot(t *testing.T) {
 		{"plain", src, nil, nil, false, func(k string) bool { return k == "" }},
 		{"encrypted with the default key", src, aws.Bool(true), nil, true, keyARN.MatchString},
 		{"encrypted with a key", src, aws.Bool(true), aws.String("1234abcd-12ab-34cd-56ef-1234567890ab"), true,
-			func(k string) bool { return strings.HasSuffix(k, ":key/1234abcd-12ab-34cd-56ef-1234567890ab") && strings.HasPrefix(k, "arn:aws:kms:us-east-1:") }},
+			func(k string) bool {
+				return strings.HasSuffix(k, ":key/1234abcd-12ab-34cd-56ef-1234567890ab") && strings.HasPrefix(k, "arn:aws:kms:us-east-1:")
+			}},
 		{"encrypted source keeps its key", encSrc, nil, nil, true, func(k string) bool { return k == "arn:aws:kms:us-east-1:123456789012:key/source" }},
 		{"encrypted source re-encrypted", encSrc, aws.Bool(true), aws.String("arn:aws:kms:us-east-1:123456789012:key/other"), true,
 			func(k string) bool { return k == "arn:aws:kms:us-east-1:123456789012:key/other" }},
@@ -411,15 +413,30 @@ func TestEncryptionByDefault(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"enable", func() error { _, err := c.EnableEbsEncryptionByDefault(ctx, &ec2.EnableEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)}); return err }},
-		{"disable", func() error { _, err := c.DisableEbsEncryptionByDefault(ctx, &ec2.DisableEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)}); return err }},
-		{"get", func() error { _, err := c.GetEbsEncryptionByDefault(ctx, &ec2.GetEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)}); return err }},
-		{"get key", func() error { _, err := c.GetEbsDefaultKmsKeyId(ctx, &ec2.GetEbsDefaultKmsKeyIdInput{DryRun: aws.Bool(true)}); return err }},
+		{"enable", func() error {
+			_, err := c.EnableEbsEncryptionByDefault(ctx, &ec2.EnableEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)})
+			return err
+		}},
+		{"disable", func() error {
+			_, err := c.DisableEbsEncryptionByDefault(ctx, &ec2.DisableEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)})
+			return err
+		}},
+		{"get", func() error {
+			_, err := c.GetEbsEncryptionByDefault(ctx, &ec2.GetEbsEncryptionByDefaultInput{DryRun: aws.Bool(true)})
+			return err
+		}},
+		{"get key", func() error {
+			_, err := c.GetEbsDefaultKmsKeyId(ctx, &ec2.GetEbsDefaultKmsKeyIdInput{DryRun: aws.Bool(true)})
+			return err
+		}},
 		{"modify key", func() error {
 			_, err := c.ModifyEbsDefaultKmsKeyId(ctx, &ec2.ModifyEbsDefaultKmsKeyIdInput{KmsKeyId: aws.String("alias/mine"), DryRun: aws.Bool(true)})
 			return err
 		}},
-		{"reset key", func() error { _, err := c.ResetEbsDefaultKmsKeyId(ctx, &ec2.ResetEbsDefaultKmsKeyIdInput{DryRun: aws.Bool(true)}); return err }},
+		{"reset key", func() error {
+			_, err := c.ResetEbsDefaultKmsKeyId(ctx, &ec2.ResetEbsDefaultKmsKeyIdInput{DryRun: aws.Bool(true)})
+			return err
+		}},
 	} {
 		if err := tc.call(); codeOf(err) != "DryRunOperation" {
 			t.Errorf("dry-run %s: %v", tc.name, err)

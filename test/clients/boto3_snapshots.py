@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Drive fakecloud's snapshot actions through boto3: CopySnapshot, snapshot sharing, EBS encryption by default
-and the default KMS key, and CreateSnapshots of an instance's volumes.
+and the default KMS key, CreateSnapshots of an instance's volumes, and snapshot locks.
 
 Usage: python3 test/clients/boto3_snapshots.py [ENDPOINT]
 
@@ -124,6 +124,17 @@ def main():
         eq(f"tags of the snapshot of {s['VolumeId']}", tags, want)
     excl = ec2.create_snapshots(InstanceSpecification={"InstanceId": inst_a, "ExcludeDataVolumeIds": [second]})["Snapshots"]
     eq("with an exclusion", [s["VolumeId"] for s in excl], [vol])
+
+    step("lock_snapshot")
+    expect_error("InvalidParameterCombination", ec2.lock_snapshot, SnapshotId=copy, LockMode="governance", LockDuration=1, CoolOffPeriod=1)
+    lock = ec2.lock_snapshot(SnapshotId=copy, LockMode="compliance", LockDuration=1, CoolOffPeriod=1)
+    eq("lock state", (lock["LockState"], lock["LockDuration"], lock["CoolOffPeriod"]), ("compliance-cooloff", 1, 1))
+    expect_error("IncorrectState", ec2.delete_snapshot, SnapshotId=copy)
+    locked = ec2.describe_locked_snapshots(Filters=[{"Name": "lock-state", "Values": ["compliance-cooloff"]}])["Snapshots"]
+    eq("locked snapshots", [x["SnapshotId"] for x in locked], [copy])
+    eq("unlock", ec2.unlock_snapshot(SnapshotId=copy)["SnapshotId"], copy)
+    eq("locked after unlock", ec2.describe_locked_snapshots()["Snapshots"], [])
+    ec2.delete_snapshot(SnapshotId=copy)
 
     print(f"[boto3] all snapshot checks passed with boto3 {boto3.__version__}", flush=True)
     return 0

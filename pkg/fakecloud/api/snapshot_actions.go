@@ -1,6 +1,6 @@
 package api
 
-// addSnapshotActions registers the snapshot copy, sharing, multi-volume and encryption-by-default actions.
+// addSnapshotActions registers the snapshot copy, sharing, multi-volume, lock and encryption-by-default actions.
 func (h *Handler) addSnapshotActions() {
 	for name, fn := range map[string]actionFunc{
 		"CopySnapshot":                  h.copySnapshot,
@@ -14,6 +14,9 @@ func (h *Handler) addSnapshotActions() {
 		"GetEbsDefaultKmsKeyId":         h.getEbsDefaultKmsKeyID,
 		"ModifyEbsDefaultKmsKeyId":      h.modifyEbsDefaultKmsKeyID,
 		"ResetEbsDefaultKmsKeyId":       h.resetEbsDefaultKmsKeyID,
+		"LockSnapshot":                  h.lockSnapshot,
+		"UnlockSnapshot":                h.unlockSnapshot,
+		"DescribeLockedSnapshots":       h.describeLockedSnapshots,
 	} {
 		h.actions[name] = fn
 	}

@@ -169,13 +169,16 @@ func (s *State) endCopyOf(volumeID string) {
 // as on EC2 (its creation is abandoned): its copy is cancelled, and the copy's job removes what it made. A file
 // left by a crash in between has no record and is removed at the next start.
 func (s *State) DeleteSnapshot(id string, dryRun bool) error {
-	return s.mutate(func(time.Time) error {
+	return s.mutate(func(now time.Time) error {
 		if err := checkID("snap", ec2err.CodeInvalidSnapshotIDMalformed, id); err != nil {
 			return err
 		}
 		sn, ok := s.snapshots[id]
 		if !ok {
 			return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{id})
+		}
+		if err := checkUnlocked(sn, now); err != nil {
+			return err
 		}
 		if dryRun {
 			return ec2err.DryRun()
@@ -265,6 +268,10 @@ func (sn *Snapshot) view(now time.Time) Snapshot {
 	c := *sn
 	c.Tags = slices.Clone(sn.Tags)
 	c.SharedWith = slices.Clone(sn.SharedWith)
+	if sn.Lock != nil {
+		l := *sn.Lock
+		c.Lock = &l
+	}
 	if c.State == SnapshotPending {
 		// Below 100 until completed, which waits for the copy too.
 		c.Progress = int(progress(sn.StartTime, sn.DueAt, now))

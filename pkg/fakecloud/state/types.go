@@ -169,6 +169,21 @@ type Snapshot struct {
 	// SharedWith are the accounts given createVolumePermission; Public is the group all's permission.
 	SharedWith []string `json:"sharedWith,omitempty"`
 	Public     bool     `json:"public,omitempty"`
+	// Lock is the snapshot's lock (LockSnapshot), nil when it has none.
+	Lock *SnapshotLock `json:"lock,omitempty"`
+}
+
+// SnapshotLock is a snapshot's lock: its mode, when it was made and ends, and a compliance lock's cooling-off
+// period. Its state follows from the time (snapshot_locks.go).
+type SnapshotLock struct {
+	Mode      string    `json:"mode"`
+	CreatedOn time.Time `json:"createdOn"`
+	// DurationStart and DurationDays are set when the lock was asked for a number of days; ExpiresOn always.
+	DurationStart time.Time `json:"durationStart,omitempty"`
+	DurationDays  int32     `json:"durationDays,omitempty"`
+	ExpiresOn     time.Time `json:"expiresOn"`
+	CoolOffHours  int32     `json:"coolOffHours,omitempty"`
+	CoolOffEnds   time.Time `json:"coolOffEnds,omitempty"`
 }
 
 // Instance is a machine volumes attach to: a node of a test cluster.
