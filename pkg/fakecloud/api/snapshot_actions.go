@@ -1,6 +1,7 @@
 package api
 
-// addSnapshotActions registers the snapshot copy, sharing, multi-volume, lock and encryption-by-default actions.
+// addSnapshotActions registers the snapshot copy, sharing, multi-volume, lock, storage tier and
+// encryption-by-default actions.
 func (h *Handler) addSnapshotActions() {
 	for name, fn := range map[string]actionFunc{
 		"CopySnapshot":                  h.copySnapshot,
@@ -17,6 +18,9 @@ func (h *Handler) addSnapshotActions() {
 		"LockSnapshot":                  h.lockSnapshot,
 		"UnlockSnapshot":                h.unlockSnapshot,
 		"DescribeLockedSnapshots":       h.describeLockedSnapshots,
+		"ModifySnapshotTier":            h.modifySnapshotTier,
+		"RestoreSnapshotTier":           h.restoreSnapshotTier,
+		"DescribeSnapshotTierStatus":    h.describeSnapshotTierStatus,
 	} {
 		h.actions[name] = fn
 	}

@@ -50,6 +50,9 @@ func (s *State) CopySnapshot(in CopySnapshotInput) (Snapshot, error) {
 		if src.State != SnapshotCompleted {
 			return ec2err.New(ec2err.CodeIncorrectState, "Snapshot '%s' is in state '%s'; only a completed snapshot can be copied.", src.ID, src.State)
 		}
+		if src.archived(now) {
+			return errArchived(src.ID)
+		}
 		if utf8.RuneCountInString(in.Description) > maxDescription {
 			return ec2err.InvalidValue("description", in.Description, fmt.Sprintf("The description must be at most %d characters.", maxDescription))
 		}

@@ -272,6 +272,11 @@ func (sn *Snapshot) view(now time.Time) Snapshot {
 		l := *sn.Lock
 		c.Lock = &l
 	}
+	if sn.Tiering != nil {
+		tg := *sn.Tiering
+		c.Tiering = &tg
+	}
+	c.StorageTier, _, c.RestoreExpiry = sn.Tiering.at(now)
 	if c.State == SnapshotPending {
 		// Below 100 until completed, which waits for the copy too.
 		c.Progress = int(progress(sn.StartTime, sn.DueAt, now))

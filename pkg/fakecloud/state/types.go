@@ -171,6 +171,22 @@ type Snapshot struct {
 	Public     bool     `json:"public,omitempty"`
 	// Lock is the snapshot's lock (LockSnapshot), nil when it has none.
 	Lock *SnapshotLock `json:"lock,omitempty"`
+	// Tiering is the snapshot's last archive or restore (snapshot_tiers.go), nil when it never had one.
+	Tiering *SnapshotTiering `json:"tiering,omitempty"`
+	// StorageTier and RestoreExpiry are the tiering's view at the time the record was handed out; not stored.
+	StorageTier   string    `json:"-"`
+	RestoreExpiry time.Time `json:"-"`
+}
+
+// SnapshotTiering is a snapshot's last ModifySnapshotTier and RestoreSnapshotTier: archival runs from
+// ArchiveStart to ArchivedAt; a restore (permanent, or temporary until RestoreExpiry) follows it.
+type SnapshotTiering struct {
+	ArchiveStart  time.Time `json:"archiveStart"`
+	ArchivedAt    time.Time `json:"archivedAt"`
+	RestoreStart  time.Time `json:"restoreStart,omitempty"`
+	RestoreDays   int32     `json:"restoreDays,omitempty"`
+	RestoreExpiry time.Time `json:"restoreExpiry,omitempty"`
+	Permanent     bool      `json:"permanent,omitempty"`
 }
 
 // SnapshotLock is a snapshot's lock: its mode, when it was made and ends, and a compliance lock's cooling-off

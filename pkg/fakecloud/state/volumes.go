@@ -257,6 +257,9 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 	if sn.State != SnapshotCompleted {
 		return ec2err.New(ec2err.CodeIncorrectState, "Snapshot '%s' is in state '%s'; a volume can only be created from a completed snapshot.", sn.ID, sn.State)
 	}
+	if sn.archived(s.clock.Now()) {
+		return errArchived(sn.ID)
+	}
 	v.SnapshotID = sn.ID
 	return inherit(v, in.SizeGiB, sourceOf{sn.VolumeSize, sn.Encrypted, sn.KmsKeyID},
 		"Volume of size %dGiB is smaller than snapshot '%s', expect size >= %dGiB", sn.ID)
