@@ -14,8 +14,6 @@ import re
 import sys
 
 import boto3
-import botocore
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import boto3_lifecycle as lc
@@ -47,13 +45,7 @@ def main():
         print("usage: boto3_snapshots.py ENDPOINT (or set FAKECLOUD_ENDPOINT)", file=sys.stderr)
         return 2
     inst_a = os.environ.get("FAKECLOUD_INSTANCE_A", "i-0123456789abcdef0")
-    session = boto3.session.Session(
-        aws_access_key_id="AKIAFAKECLOUDTEST000", aws_secret_access_key="fakecloud-secret-key", region_name="us-east-1"
-    )
-    ec2 = session.client(
-        "ec2", endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
-    )
-    print(f"[boto3] boto3 {boto3.__version__}, botocore {botocore.__version__} against {endpoint}", flush=True)
+    ec2 = lc.client(endpoint)
 
     step("encryption by default and the default KMS key")
     eq("encryption by default at first", ec2.get_ebs_encryption_by_default()["EbsEncryptionByDefault"], False)

@@ -183,18 +183,8 @@ func (s *State) DescribeLockedSnapshots(in DescribeInput) ([]LockedSnapshot, str
 		if match, err = fields.compile(in.Filters, nil); err != nil {
 			return
 		}
-		locked := func(id string) bool { sn := s.snapshots[id]; return sn.Lock != nil && match(sn) }
 		var ids []string
-		if len(in.IDs) > 0 {
-			if ids, err = s.knownIDs(in.IDs, "snap", ec2err.CodeInvalidSnapshotIDMalformed, ec2err.CodeInvalidSnapshotNotFound, "snapshot",
-				func(id string) bool { _, ok := s.snapshots[id]; return ok }); err != nil {
-				return
-			}
-			if _, err = snapshotPages.pageSize(in.Page, true); err != nil {
-				return
-			}
-			ids = filterIDs(ids, locked)
-		} else if ids, next, err = snapshotPages.page(&s.snapshotIDs, in.Page, false, locked); err != nil {
+		if ids, next, err = s.listSnapshots(in, func(sn *Snapshot) bool { return sn.Lock != nil && match(sn) }); err != nil {
 			return
 		}
 		for _, id := range ids {
@@ -203,14 +193,4 @@ func (s *State) DescribeLockedSnapshots(in DescribeInput) ([]LockedSnapshot, str
 		}
 	})
 	return out, next, err
-}
-
-func filterIDs(ids []string, keep func(string) bool) []string {
-	var out []string
-	for _, id := range ids {
-		if keep(id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }

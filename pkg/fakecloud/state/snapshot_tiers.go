@@ -141,7 +141,7 @@ func (s *State) DescribeSnapshotTierStatus(in DescribeInput) ([]SnapshotTierStat
 			return
 		}
 		var ids []string
-		if ids, next, err = snapshotPages.page(&s.snapshotIDs, in.Page, false, func(id string) bool { return match(s.snapshots[id]) }); err != nil {
+		if ids, next, err = s.listSnapshots(DescribeInput{Page: in.Page}, match); err != nil {
 			return
 		}
 		for _, id := range ids {

@@ -241,27 +241,31 @@ func (s *State) DescribeSnapshots(in DescribeSnapshotsInput) ([]Snapshot, string
 			return slices.Contains(in.OwnerIDs, "self") || slices.Contains(in.OwnerIDs, sn.OwnerID)
 		}
 		var ids []string
-		if len(in.IDs) > 0 {
-			if ids, err = s.knownIDs(in.IDs, "snap", ec2err.CodeInvalidSnapshotIDMalformed, ec2err.CodeInvalidSnapshotNotFound, "snapshot",
-				func(id string) bool { _, ok := s.snapshots[id]; return ok }); err != nil {
-				return
-			}
-			if _, err = snapshotPages.pageSize(in.Page, true); err != nil {
-				return
-			}
-		} else {
-			ids, next, err = snapshotPages.page(&s.snapshotIDs, in.Page, false, func(id string) bool {
-				sn := s.snapshots[id]
-				return owned(sn) && match(sn)
-			})
+		if ids, next, err = s.listSnapshots(in.DescribeInput, func(sn *Snapshot) bool { return owned(sn) && match(sn) }); err != nil {
+			return
 		}
 		for _, id := range ids {
-			if sn := s.snapshots[id]; owned(sn) && match(sn) {
-				out = append(out, sn.view(now))
-			}
+			out = append(out, s.snapshots[id].view(now))
 		}
 	})
 	return out, next, err
+}
+
+// listSnapshots selects the IDs of a Describe* of snapshots: the IDs asked (each must exist; paging is refused
+// with them), or a page of all, keeping those keep accepts.
+func (s *State) listSnapshots(in DescribeInput, keep func(*Snapshot) bool) ([]string, string, error) {
+	if len(in.IDs) == 0 {
+		return snapshotPages.page(&s.snapshotIDs, in.Page, false, func(id string) bool { return keep(s.snapshots[id]) })
+	}
+	ids, err := s.knownIDs(in.IDs, "snap", ec2err.CodeInvalidSnapshotIDMalformed, ec2err.CodeInvalidSnapshotNotFound, "snapshot",
+		func(id string) bool { _, ok := s.snapshots[id]; return ok })
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := snapshotPages.pageSize(in.Page, true); err != nil {
+		return nil, "", err
+	}
+	return slices.DeleteFunc(ids, func(id string) bool { return !keep(s.snapshots[id]) }), "", nil
 }
 
 func (sn *Snapshot) view(now time.Time) Snapshot {
