@@ -114,6 +114,18 @@ def host_size(endpoint, backend, vid):
     return dev, size
 
 
+def client(endpoint):
+    """An EC2 client of fakecloud at endpoint, in us-east-1, with any credentials."""
+    session = boto3.session.Session(
+        aws_access_key_id="AKIAFAKECLOUDTEST000", aws_secret_access_key="fakecloud-secret-key", region_name="us-east-1"
+    )
+    ec2 = session.client(
+        "ec2", endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+    )
+    print(f"[boto3] boto3 {boto3.__version__}, botocore {botocore.__version__} against {endpoint}", flush=True)
+    return ec2
+
+
 def main():
     endpoint = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FAKECLOUD_ENDPOINT", "")
     if not endpoint:
@@ -123,13 +135,7 @@ def main():
     inst_b = os.environ.get("FAKECLOUD_INSTANCE_B", "i-0fedcba9876543210")
     backend = os.environ.get("FAKECLOUD_BACKEND", "")
 
-    session = boto3.session.Session(
-        aws_access_key_id="AKIAFAKECLOUDTEST000", aws_secret_access_key="fakecloud-secret-key", region_name="us-east-1"
-    )
-    ec2 = session.client(
-        "ec2", endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
-    )
-    print(f"[boto3] boto3 {boto3.__version__}, botocore {botocore.__version__} against {endpoint}", flush=True)
+    ec2 = client(endpoint)
 
     step("describe_availability_zones")
     zones = {z["ZoneName"]: z for z in ec2.describe_availability_zones()["AvailabilityZones"]}

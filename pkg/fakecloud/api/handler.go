@@ -99,6 +99,7 @@ func New(opts Options) *Handler {
 		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
 		"DescribeInstanceTypes":        h.describeInstanceTypes,
 	}
+	h.addSnapshotActions()
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()

@@ -153,6 +153,7 @@ type snapshotXML struct {
 	Encrypted      bool       `xml:"encrypted"`
 	KmsKeyID       string     `xml:"kmsKeyId,omitempty"`
 	StorageTier    string     `xml:"storageTier"`
+	RestoreExpiry  string     `xml:"restoreExpiryTime,omitempty"`
 	CompletionTime string     `xml:"completionTime,omitempty"`
 	Tags           *tagSetXML `xml:"tagSet,omitempty"`
 }
@@ -160,6 +161,6 @@ type snapshotXML struct {
 func snapshotOf(sn state.Snapshot) snapshotXML {
 	return snapshotXML{SnapshotID: sn.ID, VolumeID: sn.VolumeID, Status: sn.State, StatusMessage: sn.StatusMessage, StartTime: ec2Time(sn.StartTime),
 		Progress: strconv.Itoa(sn.Progress) + "%", OwnerID: sn.OwnerID, VolumeSize: sn.VolumeSize, Description: sn.Description,
-		Encrypted: sn.Encrypted, KmsKeyID: sn.KmsKeyID, StorageTier: "standard", CompletionTime: ec2Time(sn.CompletionTime),
+		Encrypted: sn.Encrypted, KmsKeyID: sn.KmsKeyID, StorageTier: sn.StorageTier, RestoreExpiry: ec2Time(sn.RestoreExpiry), CompletionTime: ec2Time(sn.CompletionTime),
 		Tags: tagsXML(sn.Tags)}
 }

@@ -81,6 +81,13 @@ type Backend interface {
 	// attached device is flushed first. An existing snapshot file is a finished snapshot. A missing volume is
 	// ErrNotFound.
 	CreateSnapshot(ctx context.Context, snapshotID, volumeID string) error
+	// CopySnapshot makes the snapshot's file a copy of a finished snapshot's (CopySnapshot within the region).
+	// An existing file is a finished copy; a missing source is ErrNotFound.
+	CopySnapshot(ctx context.Context, snapshotID, sourceSnapshotID string) error
+	// CaptureSnapshots fixes the points in time of several volumes' snapshots (snapshot ID → volume ID) at one
+	// instant, as CaptureSnapshot does for one: crash-consistent across the volumes. On failure nothing of the
+	// captures is kept.
+	CaptureSnapshots(ctx context.Context, snapshots map[string]string) (map[string]Capture, error)
 	// DeleteSnapshot ends the snapshot's capture, if any, and removes its file. Missing is not an error.
 	DeleteSnapshot(ctx context.Context, snapshotID string) error
 	// Reconcile runs after a restart: every volume in attached gets a device again (found by its backing file or

@@ -278,6 +278,11 @@ func (v *cowVolume) remove(s *session) {
 func (v *cowVolume) start(src, dst *os.File, o sessionOptions) (*session, CopyStats, error) {
 	v.gate.Lock()
 	defer v.gate.Unlock()
+	return v.startLocked(src, dst, o)
+}
+
+// startLocked is start under the gate's write side.
+func (v *cowVolume) startLocked(src, dst *os.File, o sessionOptions) (*session, CopyStats, error) {
 	if err := unix.Fdatasync(int(src.Fd())); err != nil {
 		return nil, CopyStats{}, fmt.Errorf("fuseblock: sync %s: %w", src.Name(), err)
 	}

@@ -43,24 +43,13 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 		if err != nil {
 			return err
 		}
-		if utf8.RuneCountInString(in.Description) > maxDescription {
-			return ec2err.InvalidValue("description", in.Description, fmt.Sprintf("The description must be at most %d characters.", maxDescription))
-		}
-		if err := validateTags(in.Tags); err != nil {
+		if err := checkSnapshotRequest(in.Description, in.Tags); err != nil {
 			return err
 		}
 		if in.DryRun {
 			return ec2err.DryRun()
 		}
-		sn = &Snapshot{
-			ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; _, r := s.reserved[id]; return ok || r }),
-			VolumeID: v.ID, State: SnapshotPending, StartTime: now, VolumeSize: v.SizeGiB, Description: in.Description,
-			Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, OwnerID: s.cfg.AccountID, Zone: v.Zone,
-			Tags: slices.Clone(in.Tags),
-		}
-		s.reserved[sn.ID] = struct{}{}
-		// Like a volume copy, the capture holds the volume's transitions until the record is in.
-		s.copying[v.ID]++
+		sn = s.planSnapshot(now, v, in.Description, in.Tags)
 		return nil
 	})
 	if err != nil {
@@ -73,38 +62,76 @@ func (s *State) CreateSnapshot(in CreateSnapshotInput) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
 	capture, capErr := s.backend.CaptureSnapshot(ctx, sn.ID, sn.VolumeID)
 	cancel()
-	var out Snapshot
-	err = s.mutate(func(now time.Time) error {
-		s.endCapture(sn)
-		sn.DueAt = now.Add(s.cfg.Durations.Snapshot)
-		switch {
-		case capErr != nil:
-			klog.ErrorS(capErr, "Capturing the volume's point in time failed", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
-			sn.State, sn.StatusMessage = SnapshotError, captureFailure(capErr)
-		case capture == blockdev.CaptureLive:
-			klog.InfoS("Snapshot's point in time is its copy's, not its request's: the loop backend over a filesystem "+
-				"without reflink has no instant copy of an attached volume", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+	out, err := s.recordSnapshots([]*Snapshot{sn}, map[string]blockdev.Capture{sn.ID: capture}, capErr)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return out[0], nil
+}
+
+// checkSnapshotRequest checks what CreateSnapshot and CreateSnapshots are asked besides their volumes.
+func checkSnapshotRequest(description string, tags []Tag) error {
+	if utf8.RuneCountInString(description) > maxDescription {
+		return ec2err.InvalidValue("description", description, fmt.Sprintf("The description must be at most %d characters.", maxDescription))
+	}
+	return validateTags(tags)
+}
+
+// planSnapshot makes a snapshot's record of the volume, reserves its ID and holds the volume's transitions
+// until the record is in (as a volume copy does), under the lock.
+func (s *State) planSnapshot(now time.Time, v *Volume, description string, tags []Tag) *Snapshot {
+	sn := &Snapshot{
+		ID:       s.uniqueID("snap", func(id string) bool { _, ok := s.snapshots[id]; _, r := s.reserved[id]; return ok || r }),
+		VolumeID: v.ID, State: SnapshotPending, StartTime: now, VolumeSize: v.SizeGiB, Description: description,
+		Encrypted: v.Encrypted, KmsKeyID: v.KmsKeyID, OwnerID: s.cfg.AccountID, Zone: v.Zone,
+		Tags: slices.Clone(tags),
+	}
+	s.reserved[sn.ID] = struct{}{}
+	s.copying[v.ID]++
+	return sn
+}
+
+// recordSnapshots commits planned snapshots once their points in time are captured (captures by snapshot ID;
+// capErr failed them all, which records them in state error). The captures of snapshots whose commit failed go.
+func (s *State) recordSnapshots(sns []*Snapshot, captures map[string]blockdev.Capture, capErr error) ([]Snapshot, error) {
+	out := make([]Snapshot, 0, len(sns))
+	err := s.mutate(func(now time.Time) error {
+		for _, sn := range sns {
+			s.endCapture(sn)
+			sn.DueAt = now.Add(s.cfg.Durations.Snapshot)
+			capture := captures[sn.ID]
+			switch {
+			case capErr != nil:
+				klog.ErrorS(capErr, "Capturing the volume's point in time failed", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+				sn.State, sn.StatusMessage = SnapshotError, captureFailure(capErr)
+			case capture == blockdev.CaptureLive:
+				klog.InfoS("Snapshot's point in time is its copy's, not its request's: the loop backend over a filesystem "+
+					"without reflink has no instant copy of an attached volume", "snapshotID", sn.ID, "volumeID", sn.VolumeID)
+			}
+			sn.Capture = string(capture)
+			if sn.State == SnapshotPending && capture != blockdev.CaptureComplete {
+				sn.Copying = true
+				s.uncopied[sn.VolumeID]++
+			}
+			s.snapshots[sn.ID] = sn
+			s.snapshotIDs.insert(sn.ID)
+			s.markDirty(kindSnapshot, sn.ID)
+			s.markPending(kindSnapshot, sn.ID)
+			out = append(out, sn.view(now))
+			klog.V(2).InfoS("Snapshot started", "snapshotID", sn.ID, "volumeID", sn.VolumeID, "capture", capture)
 		}
-		sn.Capture = string(capture)
-		if sn.State == SnapshotPending && capture != blockdev.CaptureComplete {
-			sn.Copying = true
-			s.uncopied[sn.VolumeID]++
-		}
-		s.snapshots[sn.ID] = sn
-		s.snapshotIDs.insert(sn.ID)
-		s.markDirty(kindSnapshot, sn.ID)
-		s.markPending(kindSnapshot, sn.ID)
-		out = sn.view(now)
-		klog.V(2).InfoS("Snapshot started", "snapshotID", sn.ID, "volumeID", sn.VolumeID, "capture", capture)
 		return nil
 	})
 	if err != nil && capErr == nil {
-		// Not recorded: the capture goes (a file made is an orphan anyway; a session must end).
+		// Not recorded: the captures go (a file made is an orphan anyway; a session must end).
 		ctx, cancel := backendCtx()
 		defer cancel()
-		if derr := s.backend.DeleteSnapshot(ctx, sn.ID); derr != nil {
-			klog.ErrorS(derr, "Removing the capture of an unrecorded snapshot failed", "snapshotID", sn.ID)
+		for _, sn := range sns {
+			if derr := s.backend.DeleteSnapshot(ctx, sn.ID); derr != nil {
+				klog.ErrorS(derr, "Removing the capture of an unrecorded snapshot failed", "snapshotID", sn.ID)
+			}
 		}
+		return nil, err
 	}
 	return out, err
 }
@@ -142,13 +169,16 @@ func (s *State) endCopyOf(volumeID string) {
 // as on EC2 (its creation is abandoned): its copy is cancelled, and the copy's job removes what it made. A file
 // left by a crash in between has no record and is removed at the next start.
 func (s *State) DeleteSnapshot(id string, dryRun bool) error {
-	return s.mutate(func(time.Time) error {
+	return s.mutate(func(now time.Time) error {
 		if err := checkID("snap", ec2err.CodeInvalidSnapshotIDMalformed, id); err != nil {
 			return err
 		}
 		sn, ok := s.snapshots[id]
 		if !ok {
 			return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{id})
+		}
+		if err := checkUnlocked(sn, now); err != nil {
+			return err
 		}
 		if dryRun {
 			return ec2err.DryRun()
@@ -198,39 +228,59 @@ func (s *State) DescribeSnapshots(in DescribeSnapshotsInput) ([]Snapshot, string
 		if match, err = snapshotFields.compile(in.Filters, func(sn *Snapshot) []Tag { return sn.Tags }); err != nil {
 			return
 		}
+		if err = checkRestorableBy(in.RestorableBy); err != nil {
+			return
+		}
 		owned := func(sn *Snapshot) bool {
+			if !s.restorableBy(sn, in.RestorableBy) {
+				return false
+			}
 			if len(in.OwnerIDs) == 0 {
 				return true
 			}
 			return slices.Contains(in.OwnerIDs, "self") || slices.Contains(in.OwnerIDs, sn.OwnerID)
 		}
 		var ids []string
-		if len(in.IDs) > 0 {
-			if ids, err = s.knownIDs(in.IDs, "snap", ec2err.CodeInvalidSnapshotIDMalformed, ec2err.CodeInvalidSnapshotNotFound, "snapshot",
-				func(id string) bool { _, ok := s.snapshots[id]; return ok }); err != nil {
-				return
-			}
-			if _, err = snapshotPages.pageSize(in.Page, true); err != nil {
-				return
-			}
-		} else {
-			ids, next, err = snapshotPages.page(&s.snapshotIDs, in.Page, false, func(id string) bool {
-				sn := s.snapshots[id]
-				return owned(sn) && match(sn)
-			})
+		if ids, next, err = s.listSnapshots(in.DescribeInput, func(sn *Snapshot) bool { return owned(sn) && match(sn) }); err != nil {
+			return
 		}
 		for _, id := range ids {
-			if sn := s.snapshots[id]; owned(sn) && match(sn) {
-				out = append(out, sn.view(now))
-			}
+			out = append(out, s.snapshots[id].view(now))
 		}
 	})
 	return out, next, err
 }
 
+// listSnapshots selects the IDs of a Describe* of snapshots: the IDs asked (each must exist; paging is refused
+// with them), or a page of all, keeping those keep accepts.
+func (s *State) listSnapshots(in DescribeInput, keep func(*Snapshot) bool) ([]string, string, error) {
+	if len(in.IDs) == 0 {
+		return snapshotPages.page(&s.snapshotIDs, in.Page, false, func(id string) bool { return keep(s.snapshots[id]) })
+	}
+	ids, err := s.knownIDs(in.IDs, "snap", ec2err.CodeInvalidSnapshotIDMalformed, ec2err.CodeInvalidSnapshotNotFound, "snapshot",
+		func(id string) bool { _, ok := s.snapshots[id]; return ok })
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := snapshotPages.pageSize(in.Page, true); err != nil {
+		return nil, "", err
+	}
+	return slices.DeleteFunc(ids, func(id string) bool { return !keep(s.snapshots[id]) }), "", nil
+}
+
 func (sn *Snapshot) view(now time.Time) Snapshot {
 	c := *sn
 	c.Tags = slices.Clone(sn.Tags)
+	c.SharedWith = slices.Clone(sn.SharedWith)
+	if sn.Lock != nil {
+		l := *sn.Lock
+		c.Lock = &l
+	}
+	if sn.Tiering != nil {
+		tg := *sn.Tiering
+		c.Tiering = &tg
+	}
+	c.StorageTier, _, c.RestoreExpiry = sn.Tiering.at(now)
 	if c.State == SnapshotPending {
 		// Below 100 until completed, which waits for the copy too.
 		c.Progress = int(progress(sn.StartTime, sn.DueAt, now))

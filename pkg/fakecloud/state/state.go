@@ -73,6 +73,8 @@ type State struct {
 	fastRestoreIDs idIndex
 	tokens         map[string]string // ClientToken → volume ID
 	tombstones     tombstones        // ClientTokens of deleted volumes (tokens.go)
+	// ebs are the account's EBS encryption settings (encryption.go).
+	ebs EBSSettings
 	// uncopied counts, per volume, its pending snapshots whose copy is not done; the volume waits for them.
 	uncopied map[string]int
 
@@ -250,6 +252,7 @@ func (s *State) load() error {
 			s.markPending(kindFastRestore, key)
 			return nil
 		}},
+		{kindSettings, s.loadSettings},
 		{kindTombstone, func(token string, raw []byte) error {
 			tb := &Tombstone{}
 			if err := json.Unmarshal(raw, tb); err != nil {
@@ -362,6 +365,8 @@ func (s *State) flush() error {
 			if v, ok := s.tombstones.byToken[k.id]; ok {
 				rec = v
 			}
+		case kindSettings:
+			rec = s.ebs
 		}
 		c := store.Change{Kind: k.kind, ID: k.id}
 		if rec != nil {
@@ -431,6 +436,7 @@ func (s *State) reload() error {
 	s.tokens, s.tombstones, s.uncopied = map[string]string{}, newTombstones(), map[string]int{}
 	s.volumeIDs, s.snapshotIDs, s.instanceIDs = idIndex{}, idIndex{}, idIndex{}
 	s.fastRestores, s.fastRestoreIDs = map[string]*FastSnapshotRestore{}, idIndex{}
+	s.ebs = EBSSettings{}
 	clear(s.pending)
 	clear(s.dirty)
 	s.dropJobs()

@@ -164,6 +164,42 @@ type Snapshot struct {
 	// Capture is how the point in time was fixed (blockdev.Capture), which says whether a copy cut short by a
 	// restart may run again.
 	Capture string `json:"capture,omitempty"`
+	// SourceSnapshotID is the snapshot this one is a copy of (CopySnapshot).
+	SourceSnapshotID string `json:"sourceSnapshotId,omitempty"`
+	// SharedWith are the accounts given createVolumePermission; Public is the group all's permission.
+	SharedWith []string `json:"sharedWith,omitempty"`
+	Public     bool     `json:"public,omitempty"`
+	// Lock is the snapshot's lock (LockSnapshot), nil when it has none.
+	Lock *SnapshotLock `json:"lock,omitempty"`
+	// Tiering is the snapshot's last archive or restore (snapshot_tiers.go), nil when it never had one.
+	Tiering *SnapshotTiering `json:"tiering,omitempty"`
+	// StorageTier and RestoreExpiry are the tiering's view at the time the record was handed out; not stored.
+	StorageTier   string    `json:"-"`
+	RestoreExpiry time.Time `json:"-"`
+}
+
+// SnapshotTiering is a snapshot's last ModifySnapshotTier and RestoreSnapshotTier: archival runs from
+// ArchiveStart to ArchivedAt; a restore (permanent, or temporary until RestoreExpiry) follows it.
+type SnapshotTiering struct {
+	ArchiveStart  time.Time `json:"archiveStart"`
+	ArchivedAt    time.Time `json:"archivedAt"`
+	RestoreStart  time.Time `json:"restoreStart,omitempty"`
+	RestoreDays   int32     `json:"restoreDays,omitempty"`
+	RestoreExpiry time.Time `json:"restoreExpiry,omitempty"`
+	Permanent     bool      `json:"permanent,omitempty"`
+}
+
+// SnapshotLock is a snapshot's lock: its mode, when it was made and ends, and a compliance lock's cooling-off
+// period. Its state follows from the time (snapshot_locks.go).
+type SnapshotLock struct {
+	Mode      string    `json:"mode"`
+	CreatedOn time.Time `json:"createdOn"`
+	// DurationStart and DurationDays are set when the lock was asked for a number of days; ExpiresOn always.
+	DurationStart time.Time `json:"durationStart,omitempty"`
+	DurationDays  int32     `json:"durationDays,omitempty"`
+	ExpiresOn     time.Time `json:"expiresOn"`
+	CoolOffHours  int32     `json:"coolOffHours,omitempty"`
+	CoolOffEnds   time.Time `json:"coolOffEnds,omitempty"`
 }
 
 // Instance is a machine volumes attach to: a node of a test cluster.

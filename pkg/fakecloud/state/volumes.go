@@ -5,12 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -51,6 +49,9 @@ func (in CreateVolumeInput) hash() string {
 
 // maxClientToken is EC2's limit on ClientToken length.
 const maxClientToken = 64
+
+// errKmsWithoutEncrypted refuses a KMS key named for a resource not asked to be encrypted.
+var errKmsWithoutEncrypted = ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
 
 // maxKmsKeyID bounds a KMS key's ID, alias or ARN, as KMS does.
 const maxKmsKeyID = 2048
@@ -133,12 +134,14 @@ func (s *State) planVolume(in CreateVolumeInput, now time.Time) (*Volume, chan s
 	if err := s.applyInitRate(v, in); err != nil {
 		return nil, nil, err
 	}
-	if utf8.RuneCountInString(in.KmsKeyID) > maxKmsKeyID {
-		return nil, nil, ec2err.InvalidValue("kmsKeyId", in.KmsKeyID, fmt.Sprintf("A KMS key must be named in at most %d characters.", maxKmsKeyID))
+	if err := checkKmsKeyID(in.KmsKeyID); err != nil {
+		return nil, nil, err
 	}
-	if in.KmsKeyID != "" && !v.Encrypted {
-		return nil, nil, ec2err.New(ec2err.CodeInvalidParameterDependency, "The parameter KmsKeyId requires the parameter Encrypted to be set.")
+	if in.KmsKeyID != "" && !v.Encrypted && !s.ebs.EncryptionByDefault {
+		return nil, nil, errKmsWithoutEncrypted
 	}
+	// Encrypted with the key asked, the source's, or the account's default; always, with encryption by default.
+	v.Encrypted, v.KmsKeyID = s.encryption(v.Encrypted, in.KmsKeyID, v.Encrypted, v.KmsKeyID)
 	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
 	if err != nil {
 		return nil, nil, err
@@ -253,6 +256,9 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 	}
 	if sn.State != SnapshotCompleted {
 		return ec2err.New(ec2err.CodeIncorrectState, "Snapshot '%s' is in state '%s'; a volume can only be created from a completed snapshot.", sn.ID, sn.State)
+	}
+	if sn.archived(s.clock.Now()) {
+		return errArchived(sn.ID)
 	}
 	v.SnapshotID = sn.ID
 	return inherit(v, in.SizeGiB, sourceOf{sn.VolumeSize, sn.Encrypted, sn.KmsKeyID},
