@@ -92,6 +92,13 @@ func parseFlags() *options {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == selftestCommand {
+		if err := runSelftest(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "selftest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := parseFlags()
 	done, err := o.common.Apply(os.Stdout)
 	if err == nil && !done {
