@@ -218,18 +218,19 @@ func TestChartValues(t *testing.T) {
 func TestChartAddOns(t *testing.T) {
 	root := repoRoot(t)
 	helm := helmBinary(t, root)
-	addOns := []string{"Deployment/diskforge-system/fakecloud", "Deployment/kube-system/snapshot-controller", "Secret/diskforge-system/aws-credentials", "ConfigMap/diskforge-system/diskforge-cloud", "ClusterRole//diskforge-fakecloud"}
+	addOns := []string{"Deployment/diskforge-system/fakecloud", "Deployment/kube-system/snapshot-controller", "Secret/diskforge-system/aws-credentials", "ConfigMap/diskforge-system/diskforge-cloud", "ClusterRole//diskforge-fakecloud", "Pod/diskforge-system/diskforge-selftest"}
 	for _, tc := range []struct {
 		name string
 		set  []string
 		want []bool // per addOns
 	}{
-		{"defaults", nil, []bool{false, false, false, true, false}},
-		{"fakecloud", []string{"fakecloud.enabled=true"}, []bool{true, true, true, false, true}},
-		{"fakecloud without the snapshot-controller", []string{"fakecloud.enabled=true", "snapshotController.enabled=false"}, []bool{true, false, true, false, true}},
-		{"fakecloud without its kube-nodes mode", []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.enabled=false"}, []bool{true, true, true, false, false}},
-		{"kube-nodes without fakecloud", []string{"fakecloud.kubeNodes.enabled=true"}, []bool{false, false, false, true, false}},
-		{"the snapshot-controller alone", []string{"snapshotController.enabled=true"}, []bool{false, true, false, true, false}},
+		{"defaults", nil, []bool{false, false, false, true, false, true}},
+		{"fakecloud", []string{"fakecloud.enabled=true"}, []bool{true, true, true, false, true, true}},
+		{"fakecloud without the snapshot-controller", []string{"fakecloud.enabled=true", "snapshotController.enabled=false"}, []bool{true, false, true, false, true, true}},
+		{"fakecloud without its kube-nodes mode", []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.enabled=false"}, []bool{true, true, true, false, false, true}},
+		{"kube-nodes without fakecloud", []string{"fakecloud.kubeNodes.enabled=true"}, []bool{false, false, false, true, false, true}},
+		{"the snapshot-controller alone", []string{"snapshotController.enabled=true"}, []bool{false, true, false, true, false, true}},
+		{"without the helm test", []string{"tests.enabled=false"}, []bool{false, false, false, true, false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
