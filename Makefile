@@ -187,11 +187,11 @@ KIND_CLUSTER ?= kind
 kind-load:
 	KIND_CLUSTER=$(KIND_CLUSTER) hack/kind-load.sh
 
-# The one-node proof (test/e2e/kind/single.sh): kind's default cluster (only the cgroup v1 kubelet patch),
+# The one-node proof (test/e2e/kind/run.sh --single): kind's default cluster (only the cgroup v1 kubelet patch),
 # make kind-load, helm install with fakecloud.enabled=true, helm test; the cluster deleted at the end.
 e2e-kind-single:
 	hack/deps.sh kind
-	test/e2e/kind/single.sh
+	test/e2e/kind/run.sh --single $(E2E_KIND_ARGS)
 
 kind-node-image:
 	KIND_EXPERIMENTAL_PROVIDER=$${KIND_EXPERIMENTAL_PROVIDER:-podman} hack/build-kind-node-image.sh

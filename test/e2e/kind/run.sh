@@ -20,16 +20,22 @@
 # Needs Go, curl and Docker or podman (hack/deps.sh kind installs what is missing, and sets podman up); kubectl
 # and kind v0.33.0 are built with Go when missing. Root for podman.
 #
-# Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test]
+# With --single (make e2e-kind-single) it proves instead what a user's first cluster gets: kind's default cluster
+# of one node (kind-single.yaml: only the cgroup v1 kubelet patch), the images loaded, the chart installed with
+# helm install --set fakecloud.enabled=true and checked with helm test, and the time from kind create cluster to
+# a passing helm test printed.
+#
+# Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test] [--single]
 #   --keep        leave the cluster running at the end (by default it is deleted, also after a failure,
 #                 once its logs are saved under .cache/kind/logs)
 #   --skip-build  use the images already built (Docker: diskforge/driver:dev and diskforge/fakecloud:dev;
 #                 offline: _output/images)
 #   --no-test     set the cluster up and stop there (implies --keep)
+#   --single      one node, installed with helm and checked with helm test (cluster diskforge-single)
 # Environment:
 #   KIND_EXPERIMENTAL_PROVIDER  docker or podman (docker when its engine answers, else podman)
 #   KIND_OFFLINE       true: the offline node image and images (default: true with podman, false with Docker)
-#   KIND_CLUSTER_NAME  cluster name (diskforge)
+#   KIND_CLUSTER_NAME  cluster name (diskforge; diskforge-single with --single)
 #   KIND_NODE_IMAGE    node image (kind's default for its version; offline: the one hack/build-kind-node-image.sh builds)
 #   KIND_VERSION       kind to install when none is on PATH (v0.33.0)
 #   FAKECLOUD_PORT     local port of the port-forward to fakecloud (18787)
@@ -40,13 +46,16 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 cd "$root"
 
-cluster=${KIND_CLUSTER_NAME:-diskforge}
+single=false
+for arg in "$@"; do [[ $arg == --single ]] && single=true; done
+cluster=${KIND_CLUSTER_NAME:-$([[ $single == true ]] && echo diskforge-single || echo diskforge)}
 kind_version=${KIND_VERSION:-v0.33.0}
 port=${FAKECLOUD_PORT:-18787}
 ns=diskforge-system
 overlay=deploy/kustomize/overlays/kind
 images_file=deploy/kustomize/components/images/kustomization.yaml
 config=test/e2e/kind/kind-config.yaml
+[[ $single == true ]] && config=test/e2e/kind/kind-single.yaml
 work=$root/.cache/kind
 kubeconfig=$work/kubeconfig
 images_dir=$root/_output/images
@@ -57,6 +66,7 @@ run_tests=true
 for arg in "$@"; do
 	case $arg in
 	--keep) keep=true ;;
+	--single) ;;
 	--skip-build) build=false ;;
 	--no-test)
 		run_tests=false
@@ -317,6 +327,7 @@ if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 	kind export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig"
 else
 	log "creating cluster $cluster ($config${node_image:+, $node_image})"
+	created_at=$SECONDS
 	kind create cluster --name "$cluster" --config "$config" --kubeconfig "$kubeconfig" --wait 5m \
 		${node_image:+--image "$node_image"}
 fi
@@ -334,6 +345,33 @@ if [[ $offline == true ]]; then
 	[[ -n $test_image ]] || die "no busybox test image in $images_dir/images.txt"
 fi
 step_done "load images"
+
+# --- 3b. --single: the chart, as a user installs it, and helm test --------------------------------------------
+if [[ $single == true ]]; then
+	hack/build-e2e-tools.sh helm
+	helm=$root/.cache/e2e-bin/helm
+	export HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config HELM_DATA_HOME=$work/helm/data
+	offline_images=()
+	if [[ $offline == true ]]; then
+		offline_images=(--set sidecars.nodeDriverRegistrar.image.repository=diskforge/csi-node-driver-registrar
+			--set sidecars.nodeDriverRegistrar.image.tag=dev
+			--set sidecars.livenessProbe.image.repository=diskforge/livenessprobe --set sidecars.livenessProbe.image.tag=dev)
+	fi
+	log "helm install diskforge charts/diskforge -n $ns --create-namespace --set fakecloud.enabled=true"
+	"$helm" install diskforge charts/diskforge -n "$ns" --create-namespace --set fakecloud.enabled=true \
+		"${offline_images[@]}" --wait --timeout 5m
+	kubectl get nodes -L node.diskforge.io/instance-id -L topology.kubernetes.io/zone
+	step_done "helm install"
+	if [[ $run_tests == true ]]; then
+		log "helm test diskforge -n $ns"
+		"$helm" test diskforge -n "$ns" --logs --timeout 20m
+		step_done "helm test"
+		if [[ -n ${created_at:-} ]]; then
+			echo "from kind create cluster to a passing helm test: $((SECONDS - created_at))s"
+		fi
+	fi
+	exit 0
+fi
 
 # --- 4. snapshot CRDs (the overlay's vendored copy, as the chart's crds/) --------------------------------------
 log "snapshot CRDs of external-snapshotter $snapshot_version"
