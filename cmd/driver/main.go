@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -279,8 +280,18 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 	return node, life, err
 }
 
-// ensureLoopNodes makes the loop device nodes of --loop-device-nodes in /dev (the host's, mounted there).
+// ensureLoopNodes makes the loop device nodes of --loop-device-nodes in /dev (the host's, mounted there), unless
+// that /dev is the kernel's devtmpfs (a VM's or a machine's), which gets a node for each device as it is added:
+// nodes made there for devices that do not exist yet would stay behind.
 func ensureLoopNodes(spare int) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/dev"))
+	if err != nil {
+		return fmt.Errorf("--loop-device-nodes: %w", err)
+	}
+	if kernelManaged(mounts) {
+		klog.V(4).InfoS("The kernel's devtmpfs is /dev: no loop device nodes to make")
+		return nil
+	}
 	made, err := loopdev.Sysfs{}.EnsureFreeNodes("/dev", spare)
 	if err != nil {
 		return fmt.Errorf("--loop-device-nodes: %w", err)
@@ -289,6 +300,11 @@ func ensureLoopNodes(spare int) error {
 		klog.InfoS("Made loop device nodes", "dir", "/dev", "made", made, "spare", spare)
 	}
 	return nil
+}
+
+// kernelManaged says whether the last of the mounts at a directory (the one in effect) is devtmpfs.
+func kernelManaged(mounts []*mountinfo.Info) bool {
+	return len(mounts) > 0 && mounts[len(mounts)-1].FSType == "devtmpfs"
 }
 
 // keepLoopNodes tops the loop device nodes up every minute: the kernel adds devices as they are used.
