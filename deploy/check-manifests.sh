@@ -3,7 +3,8 @@
 # the Helm chart charts/diskforge with its default values, the kind-like and the provider-like values
 # (charts/diskforge/ci/) into OUTDIR/helm-{default,kind,provider}.yaml, and checks what can be checked without
 # a cluster: each renders, every image is pinned to a tag, every CSI socket is /csi/csi.sock, the kind
-# renders point the driver at fakecloud and the provider renders at their configuration; helm lint --strict
+# renders point the driver at fakecloud and the provider renders at their configuration; the vendored snapshot
+# CRDs are external-snapshotter's (the Go module cache's copy) in both places; helm lint --strict
 # with each values file; test/e2e/helmchart (the chart gives the overlays' objects for the same settings);
 # then the scripts (bash -n, shellcheck). The objects themselves are checked against a real API server by
 # the e2e harness (server-side dry-run).
