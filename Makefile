@@ -173,11 +173,25 @@ manifests:
 # back. With Docker: kind's own node image, `make image-docker`. Without (podman, KIND_EXPERIMENTAL_PROVIDER):
 # the node image is built offline (hack/build-kind-node-image.sh, make kind-node-image) and every image comes
 # from `make image`. E2E_KIND_ARGS go to run.sh (--keep, --skip-build, --no-test).
-.PHONY: e2e-kind kind-node-image
+.PHONY: e2e-kind e2e-kind-single kind-load kind-node-image
 E2E_KIND_ARGS ?=
 e2e-kind:
 	hack/deps.sh kind
 	test/e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+# Builds the images and loads them into the kind cluster KIND_CLUSTER (hack/kind-load.sh: Docker's
+# `make image-docker`, or, with podman, every image of `make image`); then
+#   helm install diskforge charts/diskforge -n diskforge-system --create-namespace --set fakecloud.enabled=true
+#   helm test diskforge -n diskforge-system
+KIND_CLUSTER ?= kind
+kind-load:
+	KIND_CLUSTER=$(KIND_CLUSTER) hack/kind-load.sh
+
+# The one-node proof (test/e2e/kind/run.sh --single): kind's default cluster (only the cgroup v1 kubelet patch),
+# make kind-load, helm install with fakecloud.enabled=true, helm test; the cluster deleted at the end.
+e2e-kind-single:
+	hack/deps.sh kind
+	test/e2e/kind/run.sh --single $(E2E_KIND_ARGS)
 
 kind-node-image:
 	KIND_EXPERIMENTAL_PROVIDER=$${KIND_EXPERIMENTAL_PROVIDER:-podman} hack/build-kind-node-image.sh

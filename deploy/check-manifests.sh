@@ -3,7 +3,8 @@
 # the Helm chart charts/diskforge with its default values, the kind-like and the provider-like values
 # (charts/diskforge/ci/) into OUTDIR/helm-{default,kind,provider}.yaml, and checks what can be checked without
 # a cluster: each renders, every image is pinned to a tag, every CSI socket is /csi/csi.sock, the kind
-# renders point the driver at fakecloud and the provider renders at their configuration; helm lint --strict
+# renders point the driver at fakecloud and the provider renders at their configuration; the vendored snapshot
+# CRDs are external-snapshotter's (the Go module cache's copy) in both places; helm lint --strict
 # with each values file; test/e2e/helmchart (the chart gives the overlays' objects for the same settings);
 # then the scripts (bash -n, shellcheck). The objects themselves are checked against a real API server by
 # the e2e harness (server-side dry-run).
@@ -127,6 +128,27 @@ for dir in "${dirs[@]}"; do
 	fi
 	check_render "$dir" "$name" "$file"
 done
+
+# The snapshot CRDs: external-snapshotter's own, unchanged, of the release the snapshot-controller image is
+# (compared with the Go module cache's copy when Go can fetch it), and the chart's crds/ the same files.
+crd_dir=deploy/kustomize/overlays/kind/snapshot-controller/crds
+snapshot_version=$(awk '$NF == "registry.k8s.io/sig-storage/snapshot-controller" { getline; print $NF; exit }' \
+	deploy/kustomize/components/images/kustomization.yaml)
+if command -v go >/dev/null && upstream=$(cd / && go mod download -json \
+	"github.com/kubernetes-csi/external-snapshotter/client/v8@$snapshot_version" 2>/dev/null |
+	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p') && [[ -d $upstream/config/crd ]]; then
+	for f in "$upstream"/config/crd/*_*.yaml; do
+		cmp -s "$f" "$crd_dir/${f##*/}" || problem "$crd_dir/${f##*/} is not external-snapshotter $snapshot_version's"
+	done
+	echo "$crd_dir: external-snapshotter $snapshot_version's CRDs"
+else
+	echo "$crd_dir: external-snapshotter $snapshot_version not in reach, not compared"
+fi
+for f in "$crd_dir"/*_*.yaml; do
+	cmp -s "$f" "charts/diskforge/crds/${f##*/}" || problem "charts/diskforge/crds/${f##*/} is not $f"
+done
+[[ $(find charts/diskforge/crds -name '*.yaml' | wc -l) == $(find "$crd_dir" -name '*_*.yaml' | wc -l) ]] ||
+	problem "charts/diskforge/crds and $crd_dir hold different CRDs"
 
 # The Helm chart, with the pinned helm.
 chart=charts/diskforge

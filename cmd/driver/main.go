@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/driver"
 	"github.com/diskforge/diskforge/pkg/instancetypes"
+	"github.com/diskforge/diskforge/pkg/loopdev"
 	"github.com/diskforge/diskforge/pkg/nodelife"
 	"github.com/diskforge/diskforge/pkg/tagspec"
 	"github.com/diskforge/diskforge/pkg/topology"
@@ -46,6 +48,8 @@ type options struct {
 	maxFormat                          int
 	stateDir                           string
 	shutdownWait                       time.Duration
+	identityWait                       time.Duration
+	loopNodes                          int
 	requestLimits                      string
 	extraTags                          string
 	common                             *cli.Flags
@@ -76,6 +80,8 @@ func parseFlags() *options {
 	flag.BoolVar(&o.imds, "imds", true, "read what flags and the Node leave unknown from the instance metadata service (node mode)")
 	flag.StringVar(&o.imdsEndpoint, "imds-endpoint", os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"), "instance metadata service URL (default: the SDK's, 169.254.169.254)")
 	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes Node to read the instance ID and zone from when the flags do not give them")
+	flag.DurationVar(&o.identityWait, "node-identity-wait", 0, "wait up to this long for the Node to carry its instance ID (label node.diskforge.io/instance-id, or an aws:// provider ID) and zone, as fakecloud's --kube-nodes labels it (0: read the Node once)")
+	flag.IntVar(&o.loopNodes, "loop-device-nodes", 0, "keep /dev/loopN nodes in /dev for every loop device of the kernel and this many more, and /dev/loop-control, checked at start and every minute: a container's /dev (a kind node's) lacks the nodes of loop devices made after it started, which kubelet's losetup needs for block volumes (0: off)")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
 	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes attached to it outside the driver, counted again at each NodeGetInfo)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
@@ -87,6 +93,13 @@ func parseFlags() *options {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == selftestCommand {
+		if err := runSelftest(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "selftest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := parseFlags()
 	done, err := o.common.Apply(os.Stdout)
 	if err == nil && !done {
@@ -129,6 +142,12 @@ func run(o *options) error {
 	}
 	var life *nodeLife
 	if o.mode != modeController {
+		if o.loopNodes > 0 {
+			if err := ensureLoopNodes(o.loopNodes); err != nil {
+				return err
+			}
+			go keepLoopNodes(ctx, o.loopNodes)
+		}
 		node, l, err := newNode(ctx, o)
 		if err != nil {
 			return err
@@ -194,7 +213,7 @@ func (l *nodeLife) prestopHandler() http.Handler {
 // volume limit from its instance type and the volumes attached to it: it never calls the cloud's API, so nodes
 // need no cloud credentials. With its Node known it also takes part in the Node's life (nodeLife).
 func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, error) {
-	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lookupCtx, cancel := context.WithTimeout(ctx, max(30*time.Second, o.identityWait))
 	defer cancel()
 	var fromNode []func(context.Context) (topology.NodeIdentity, error)
 	var client kubernetes.Interface
@@ -206,6 +225,9 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 		fromNode = append(fromNode, func(ctx context.Context) (topology.NodeIdentity, error) {
 			if clientErr != nil {
 				return topology.NodeIdentity{}, clientErr
+			}
+			if o.identityWait > 0 {
+				return topology.WaitNodeLabels(ctx, client, o.nodeName, 2*time.Second)
 			}
 			return topology.NodeLabels(ctx, client, o.nodeName)
 		})
@@ -256,6 +278,49 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 	}
 	node, err := driver.NewNodeServer(nodeOpts)
 	return node, life, err
+}
+
+// ensureLoopNodes makes the loop device nodes of --loop-device-nodes in /dev (the host's, mounted there), unless
+// that /dev is the kernel's devtmpfs (a VM's or a machine's), which gets a node for each device as it is added:
+// nodes made there for devices that do not exist yet would stay behind.
+func ensureLoopNodes(spare int) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/dev"))
+	if err != nil {
+		return fmt.Errorf("--loop-device-nodes: %w", err)
+	}
+	if kernelManaged(mounts) {
+		klog.V(4).InfoS("The kernel's devtmpfs is /dev: no loop device nodes to make")
+		return nil
+	}
+	made, err := loopdev.Sysfs{}.EnsureFreeNodes("/dev", spare)
+	if err != nil {
+		return fmt.Errorf("--loop-device-nodes: %w", err)
+	}
+	if made > 0 {
+		klog.InfoS("Made loop device nodes", "dir", "/dev", "made", made, "spare", spare)
+	}
+	return nil
+}
+
+// kernelManaged says whether the last of the mounts at a directory (the one in effect) is devtmpfs.
+func kernelManaged(mounts []*mountinfo.Info) bool {
+	return len(mounts) > 0 && mounts[len(mounts)-1].FSType == "devtmpfs"
+}
+
+// keepLoopNodes tops the loop device nodes up every minute: the kernel adds devices as they are used.
+func keepLoopNodes(ctx context.Context, spare int) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := ensureLoopNodes(spare); err != nil {
+				klog.ErrorS(err, "Making loop device nodes failed")
+			}
+		}
+	}
 }
 
 // serveHTTP serves /metrics, /healthz and, when prestop is set, /prestop (the node-driver-registrar's preStop hook).

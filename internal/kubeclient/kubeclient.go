@@ -12,6 +12,15 @@ import (
 
 // New returns a client for kubeconfig, or for the cluster the process runs in when kubeconfig is "".
 func New(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := Config(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Config is the client configuration New uses, for clients of other kinds (dynamic).
+func Config(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -22,5 +31,5 @@ func New(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 )
 
 // NodeIdentity is who a node is to the cloud: its instance ID, zone and instance type, and how many volumes not
@@ -44,6 +47,10 @@ func NodeLabels(ctx context.Context, client kubernetes.Interface, nodeName strin
 	if err != nil {
 		return NodeIdentity{}, fmt.Errorf("read node %s: %w", nodeName, err)
 	}
+	return nodeIdentity(node), nil
+}
+
+func nodeIdentity(node *corev1.Node) NodeIdentity {
 	id := NodeIdentity{InstanceID: node.Labels[InstanceIDLabel], Zone: node.Labels[WellKnownZoneKey]}
 	if id.InstanceID == "" && node.Spec.ProviderID != "" {
 		parts := strings.Split(node.Spec.ProviderID, "/")
@@ -56,7 +63,7 @@ func NodeLabels(ctx context.Context, client kubernetes.Interface, nodeName strin
 	if id.InstanceType == "" {
 		id.InstanceType = node.Labels[BetaInstanceTypeLabel]
 	}
-	return id, nil
+	return id
 }
 
 // Resolve completes explicit identity (flags, environment) from fallback sources in order, stopping once every
@@ -87,4 +94,32 @@ func Resolve(ctx context.Context, explicit NodeIdentity, fallbacks ...func(conte
 		return id, fmt.Errorf("%w (instance %q, zone %q): %w", ErrUnknownIdentity, id.InstanceID, id.Zone, errors.Join(errs...))
 	}
 	return id, nil
+}
+
+// WaitNodeLabels reads the node's identity as NodeLabels does, once the Node names its instance as fakecloud's
+// kube-nodes mode leaves it (the InstanceIDLabel, or an aws:// provider ID) and its zone; until then it reads the
+// Node again every interval. Other provider IDs (kind's) name no instance here: fakecloud labels such a Node
+// with an ID of its own. It returns the last error, or what was missing, once ctx ends.
+func WaitNodeLabels(ctx context.Context, client kubernetes.Interface, nodeName string, interval time.Duration) (NodeIdentity, error) {
+	logged := false
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			err = fmt.Errorf("read node %s: %w", nodeName, err)
+		} else if id := nodeIdentity(node); id.Zone != "" &&
+			(node.Labels[InstanceIDLabel] != "" || strings.HasPrefix(node.Spec.ProviderID, "aws://")) {
+			return id, nil
+		} else {
+			err = fmt.Errorf("node %s has no %s label (nor an aws:// provider ID) and zone yet", nodeName, InstanceIDLabel)
+		}
+		if !logged {
+			klog.InfoS("Waiting for the Node to name its instance and zone", "node", nodeName, "reason", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return NodeIdentity{}, fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
 }

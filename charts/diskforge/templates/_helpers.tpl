@@ -39,6 +39,27 @@ unset. */}}
 {{- if $on }}true{{ end -}}
 {{- end }}
 
+{{/* Whether fakecloud registers the Nodes itself (--kube-nodes): fakecloud.kubeNodes.enabled, or
+fakecloud.enabled when unset. */}}
+{{- define "diskforge.fakecloud.kubeNodes" -}}
+{{- $on := .Values.fakecloud.kubeNodes.enabled -}}
+{{- if kindIs "invalid" $on }}{{ $on = true }}{{ end -}}
+{{- if and .Values.fakecloud.enabled $on }}true{{ end -}}
+{{- end }}
+
+{{/* The node plugin's --node-identity-wait: node.identityWait, or 5m when fakecloud labels the Nodes; empty
+for none. */}}
+{{- define "diskforge.node.identityWait" -}}
+{{- $v := .Values.node.identityWait -}}
+{{- if kindIs "invalid" $v }}{{ if include "diskforge.fakecloud.kubeNodes" . }}5m{{ end }}{{ else if and $v (ne (toString $v) "0") (ne (toString $v) "0s") }}{{ $v }}{{ end -}}
+{{- end }}
+
+{{/* The node plugin's --loop-device-nodes: node.loopDeviceNodes, or 256 with fakecloud; empty for none. */}}
+{{- define "diskforge.node.loopDeviceNodes" -}}
+{{- $v := .Values.node.loopDeviceNodes -}}
+{{- if kindIs "invalid" $v }}{{ if .Values.fakecloud.enabled }}256{{ end }}{{ else if gt (int $v) 0 }}{{ int $v }}{{ end -}}
+{{- end }}
+
 {{/* Whether the chart creates the credentials Secret. */}}
 {{- define "diskforge.credentials.create" -}}
 {{- if or .Values.fakecloud.enabled .Values.cloud.credentials.create }}true{{ end -}}

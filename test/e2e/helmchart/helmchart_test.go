@@ -38,10 +38,21 @@ type obj = map[string]any
 func TestChartMatchesOverlay(t *testing.T) {
 	root := repoRoot(t)
 	helm := helmBinary(t, root)
-	for _, overlay := range []string{"kind", "provider"} {
+	// The chart's crds/ are what the kind overlay applies; the provider overlay leaves the snapshot CRDs to the
+	// cluster (helm install skips those already there, and --skip-crds all of them).
+	for _, tc := range []struct {
+		overlay string
+		crds    bool
+	}{{"kind", true}, {"provider", false}} {
+		overlay := tc.overlay
 		t.Run(overlay, func(t *testing.T) {
 			want := byKey(t, normaliseKustomize(kustomizeBuild(t, filepath.Join(root, "deploy/kustomize/overlays", overlay))))
-			got := byKey(t, normaliseHelm(t, helmTemplate(t, helm, root, "-f", filepath.Join(root, chartDir, "ci", overlay+"-values.yaml"))))
+			// Its tests are hooks of helm test, not part of the install.
+			args := []string{"--skip-tests", "-f", filepath.Join(root, chartDir, "ci", overlay+"-values.yaml")}
+			if tc.crds {
+				args = append(args, "--include-crds")
+			}
+			got := byKey(t, normaliseHelm(t, helmTemplate(t, helm, root, args...)))
 			for _, k := range sortedKeys(want) {
 				if _, ok := got[k]; !ok {
 					t.Errorf("%s: in the overlay, not in the chart", k)
@@ -114,6 +125,36 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		{
+			name: "the node plugin with fakecloud: waits for its Node's labels, makes loop device nodes",
+			set:  []string{"fakecloud.enabled=true"},
+			kind: "DaemonSet", objNm: "diskforge-node",
+			want: map[string]any{
+				"spec.template.spec.containers[driver].args": []any{"--mode=node", "--endpoint=unix:///csi/csi.sock",
+					"--node-name=$(NODE_NAME)", "--http-endpoint=0.0.0.0:3302", "--v=2", "--shutdown-wait=50s",
+					"--node-identity-wait=5m", "--loop-device-nodes=256"},
+				"spec.template.spec.affinity": nil,
+			},
+		},
+		{
+			name: "the node plugin with fakecloud but not its kube-nodes mode, and a count of loop device nodes",
+			set:  []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.enabled=false", "node.loopDeviceNodes=16", "node.extraArgs={--extra}"},
+			kind: "DaemonSet", objNm: "diskforge-node",
+			want: map[string]any{
+				"spec.template.spec.containers[driver].args[6]": "--loop-device-nodes=16",
+				"spec.template.spec.containers[driver].args[7]": "--extra",
+			},
+		},
+		{
+			name: "fakecloud's kube-nodes mode on with fakecloud",
+			set:  []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.zones={us-east-1c}"},
+			kind: "Deployment", objNm: "fakecloud",
+			want: map[string]any{
+				"spec.template.spec.serviceAccountName":            "fakecloud",
+				"spec.template.spec.containers[fakecloud].args[7]": "--kube-nodes",
+				"spec.template.spec.containers[fakecloud].args[8]": "--kube-node-zones=us-east-1c",
+			},
+		},
+		{
 			name: "extra tags on every class",
 			set:  []string{"extraVolumeTags.team=storage", "extraVolumeTags.cost-center=42"},
 			kind: "StorageClass", objNm: "diskforge-xfs",
@@ -177,16 +218,19 @@ func TestChartValues(t *testing.T) {
 func TestChartAddOns(t *testing.T) {
 	root := repoRoot(t)
 	helm := helmBinary(t, root)
-	addOns := []string{"Deployment/diskforge-system/fakecloud", "Deployment/kube-system/snapshot-controller", "Secret/diskforge-system/aws-credentials", "ConfigMap/diskforge-system/diskforge-cloud"}
+	addOns := []string{"Deployment/diskforge-system/fakecloud", "Deployment/kube-system/snapshot-controller", "Secret/diskforge-system/aws-credentials", "ConfigMap/diskforge-system/diskforge-cloud", "ClusterRole//diskforge-fakecloud", "Pod/diskforge-system/diskforge-selftest"}
 	for _, tc := range []struct {
 		name string
 		set  []string
 		want []bool // per addOns
 	}{
-		{"defaults", nil, []bool{false, false, false, true}},
-		{"fakecloud", []string{"fakecloud.enabled=true"}, []bool{true, true, true, false}},
-		{"fakecloud without the snapshot-controller", []string{"fakecloud.enabled=true", "snapshotController.enabled=false"}, []bool{true, false, true, false}},
-		{"the snapshot-controller alone", []string{"snapshotController.enabled=true"}, []bool{false, true, false, true}},
+		{"defaults", nil, []bool{false, false, false, true, false, true}},
+		{"fakecloud", []string{"fakecloud.enabled=true"}, []bool{true, true, true, false, true, true}},
+		{"fakecloud without the snapshot-controller", []string{"fakecloud.enabled=true", "snapshotController.enabled=false"}, []bool{true, false, true, false, true, true}},
+		{"fakecloud without its kube-nodes mode", []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.enabled=false"}, []bool{true, true, true, false, false, true}},
+		{"kube-nodes without fakecloud", []string{"fakecloud.kubeNodes.enabled=true"}, []bool{false, false, false, true, false, true}},
+		{"the snapshot-controller alone", []string{"snapshotController.enabled=true"}, []bool{false, true, false, true, false, true}},
+		{"without the helm test", []string{"tests.enabled=false"}, []bool{false, false, false, true, false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
@@ -262,11 +306,15 @@ var helmLabels = map[string]string{
 }
 
 // normaliseHelm checks and then takes out of the chart's objects what differs from the overlays on purpose:
-// Helm's standard labels (helmLabels) on every object, and the checksum/cloud-config annotation on the pod
-// templates of the controller and the node plugin.
+// Helm's standard labels (helmLabels) on every object but the CRDs (crds/ is applied as it is, and kept
+// unchanged from upstream), and the checksum/cloud-config annotation on the pod templates of the controller and
+// the node plugin.
 func normaliseHelm(t *testing.T, objs []obj) []obj {
 	t.Helper()
 	for _, o := range objs {
+		if o["kind"] == "CustomResourceDefinition" {
+			continue
+		}
 		labels, _ := meta(o)["labels"].(obj)
 		for k, v := range helmLabels {
 			if got, ok := labels[k].(string); !ok || got == "" || (v != "" && got != v) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The e2e scenarios on kind: creates a cluster of three workers in two zones (kind-config.yaml), loads the
-# driver's images into it, applies the snapshot CRDs and the kind overlay (fakecloud inside the cluster),
-# registers every node with fakecloud as an instance of its zone, waits for the driver, then runs the
+# The e2e scenarios on kind: creates a cluster of a control plane and three workers (kind-config.yaml, which
+# names no zones or labels), loads the images into it as a user does (hack/kind-load.sh, make kind-load), applies
+# the snapshot CRDs and the kind overlay (fakecloud inside the cluster makes every Node an instance and labels it
+# with its instance ID and zone; the node plugin runs on every node and makes the loop device nodes it and kubelet
+# need), waits for the driver, then runs the
 # scenarios of test/e2e (test/e2e/scenarios) against the cluster's kubeconfig, with fakecloud reached through a
 # port-forward for their cloud-side checks. At the end the cluster is deleted, also after a failure, and the
 # machine is put back as it was: the cluster's network when the run made it, loop devices of the cluster's
@@ -18,16 +20,22 @@
 # Needs Go, curl and Docker or podman (hack/deps.sh kind installs what is missing, and sets podman up); kubectl
 # and kind v0.33.0 are built with Go when missing. Root for podman.
 #
-# Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test]
+# With --single (make e2e-kind-single) it proves instead what a user's first cluster gets: kind's default cluster
+# of one node (kind-single.yaml: only the cgroup v1 kubelet patch), the images loaded, the chart installed with
+# helm install --set fakecloud.enabled=true and checked with helm test, and the time from kind create cluster to
+# a passing helm test printed.
+#
+# Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test] [--single]
 #   --keep        leave the cluster running at the end (by default it is deleted, also after a failure,
 #                 once its logs are saved under .cache/kind/logs)
 #   --skip-build  use the images already built (Docker: diskforge/driver:dev and diskforge/fakecloud:dev;
 #                 offline: _output/images)
 #   --no-test     set the cluster up and stop there (implies --keep)
+#   --single      one node, installed with helm and checked with helm test (cluster diskforge-single)
 # Environment:
 #   KIND_EXPERIMENTAL_PROVIDER  docker or podman (docker when its engine answers, else podman)
 #   KIND_OFFLINE       true: the offline node image and images (default: true with podman, false with Docker)
-#   KIND_CLUSTER_NAME  cluster name (diskforge)
+#   KIND_CLUSTER_NAME  cluster name (diskforge; diskforge-single with --single)
 #   KIND_NODE_IMAGE    node image (kind's default for its version; offline: the one hack/build-kind-node-image.sh builds)
 #   KIND_VERSION       kind to install when none is on PATH (v0.33.0)
 #   FAKECLOUD_PORT     local port of the port-forward to fakecloud (18787)
@@ -38,17 +46,18 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 cd "$root"
 
-cluster=${KIND_CLUSTER_NAME:-diskforge}
+single=false
+for arg in "$@"; do [[ $arg == --single ]] && single=true; done
+cluster=${KIND_CLUSTER_NAME:-$([[ $single == true ]] && echo diskforge-single || echo diskforge)}
 kind_version=${KIND_VERSION:-v0.33.0}
 port=${FAKECLOUD_PORT:-18787}
 ns=diskforge-system
 overlay=deploy/kustomize/overlays/kind
 images_file=deploy/kustomize/components/images/kustomization.yaml
 config=test/e2e/kind/kind-config.yaml
+[[ $single == true ]] && config=test/e2e/kind/kind-single.yaml
 work=$root/.cache/kind
 kubeconfig=$work/kubeconfig
-driver_image=diskforge/driver:dev
-fakecloud_image=diskforge/fakecloud:dev
 images_dir=$root/_output/images
 
 keep=false
@@ -57,6 +66,7 @@ run_tests=true
 for arg in "$@"; do
 	case $arg in
 	--keep) keep=true ;;
+	--single) ;;
 	--skip-build) build=false ;;
 	--no-test)
 		run_tests=false
@@ -293,16 +303,6 @@ if [[ $offline == true ]]; then
 		node_image=$(hack/build-kind-node-image.sh | tail -n1)
 		step_done "node image"
 	fi
-	if [[ $build == true ]]; then
-		log "building the images (make image)"
-		make image
-		step_done "make image"
-	fi
-	[[ -f $images_dir/images.txt ]] || die "no $images_dir/images.txt: run make image (or leave out --skip-build)"
-elif [[ $build == true ]]; then
-	log "building $driver_image and $fakecloud_image"
-	make image-docker IMAGE_REPO=diskforge IMAGE_TAG=dev
-	step_done "make image-docker"
 fi
 
 # kubectl: the machine's, else the one the node image build made, else one built here.
@@ -321,118 +321,71 @@ else
 	kubectl kustomize "$overlay" >"$manifests"
 fi
 
-# normalize is the name containerd gives an image reference (docker.io/ for short Docker Hub names).
-normalize() {
-	local first=${1%%/*}
-	if [[ $1 != */* ]]; then
-		echo "docker.io/library/$1"
-	elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
-		echo "docker.io/$1"
-	else
-		echo "$1"
-	fi
-}
-
 # --- 2. cluster --------------------------------------------------------------------------------------------
 if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 	log "reusing cluster $cluster"
 	kind export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig"
 else
 	log "creating cluster $cluster ($config${node_image:+, $node_image})"
+	created_at=$SECONDS
 	kind create cluster --name "$cluster" --config "$config" --kubeconfig "$kubeconfig" --wait 5m \
 		${node_image:+--image "$node_image"}
 fi
 export KUBECONFIG=$kubeconfig
 
-# A kind node's /dev is a copy the engine made when the node started (Docker and podman alike): a loop device
-# the kernel adds later has no node there. The kubelet holds each block volume's device with `losetup -f`,
-# which takes a new loop device and fails to open it ("losetup -f ... failed: exit status 1"), so a node with
-# many block volumes cannot start its pods. Every node gets the nodes of the loop devices the host has now and
-# of 256 more; opening one the kernel has not made yet makes it.
-loop_nodes() {
-	local highest=0 step=1 n m0 m1 node
-	for n in /sys/block/loop*; do
-		n=${n##*/loop}
-		[[ $n =~ ^[0-9]+$ ]] && ((n > highest)) && highest=$n
-	done
-	# Minors are the index shifted by the loop driver's partition bits (max_part), the same for every device.
-	if [[ -r /sys/block/loop0/dev && -r /sys/block/loop1/dev ]]; then
-		m0=$(cut -d: -f2 /sys/block/loop0/dev) m1=$(cut -d: -f2 /sys/block/loop1/dev)
-		step=$((m1 - m0))
-	fi
-	for node in $(kind get nodes --name "$cluster"); do
-		# shellcheck disable=SC2016 # expanded by the node's shell, from its arguments
-		"$provider" exec "$node" sh -c 'i=0; while [ "$i" -le "$1" ]; do
-			[ -e "/dev/loop$i" ] || mknod -m 0660 "/dev/loop$i" b 7 $((i * $2)) || exit 1
-			i=$((i + 1))
-		done' sh "$((highest + 256))" "$step" || die "could not make the loop device nodes in $node"
-	done
-}
-loop_nodes
 step_done "kind create cluster"
 
-# Nodes without an instance ID (a kind config of your own) get one, and a zone when they have none: the
-# node plugin needs both, and fakecloud must know the instance.
-n=0
-for node in $(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o name); do
-	n=$((n + 1))
-	if [[ -z $(kubectl get "$node" -o jsonpath='{.metadata.labels.node\.diskforge\.io/instance-id}') ]]; then
-		kubectl label "$node" "node.diskforge.io/instance-id=i-$(printf '%017x' $((0x100 + n)))"
-	fi
-	if [[ -z $(kubectl get "$node" -o jsonpath='{.metadata.labels.topology\.kubernetes\.io/zone}') ]]; then
-		kubectl label "$node" topology.kubernetes.io/zone=us-east-1a
-	fi
-done
-((n > 0)) || die "the cluster has no worker nodes"
-
 # --- 3. images into the nodes ------------------------------------------------------------------------------
-log "loading the images into $cluster"
+log "loading the images into $cluster (hack/kind-load.sh)"
+KIND_CLUSTER=$cluster KIND_OFFLINE=$offline SKIP_BUILD=$([[ $build == true ]] && echo false || echo true) hack/kind-load.sh
 test_image=
 if [[ $offline == true ]]; then
-	# Every image the manifests name, and the scenarios' busybox, from make image's tarballs.
+	# The scenarios' busybox, among the images make image built (kind-load loads them all).
 	test_image=$(awk '$1 ~ /\/e2e-test-images\/busybox:/ { print $1; exit }' "$images_dir/images.txt")
 	[[ -n $test_image ]] || die "no busybox test image in $images_dir/images.txt"
-	archives=()
-	for ref in $( (awk '$1 == "image:" { print $2 }' "$manifests" | tr -d '"'; echo "$test_image") | sort -u); do
-		file=$(awk -v ref="$(normalize "$ref")" '$1 == ref { print $3 }' "$images_dir/images.txt")
-		[[ -n $file ]] || die "the manifests name $ref, which make image did not build ($images_dir/images.txt)"
-		archives+=("$images_dir/$file")
-	done
-	kind load image-archive --name "$cluster" "${archives[@]}"
-else
-	kind load docker-image --name "$cluster" "$driver_image" "$fakecloud_image"
 fi
 step_done "load images"
 
-# --- 4. snapshot CRDs (from the Go module cache; see docs/testing.md "kind") ----------------------------------------
+# --- 3b. --single: the chart, as a user installs it, and helm test --------------------------------------------
+if [[ $single == true ]]; then
+	hack/build-e2e-tools.sh helm
+	helm=$root/.cache/e2e-bin/helm
+	export HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config HELM_DATA_HOME=$work/helm/data
+	offline_images=()
+	if [[ $offline == true ]]; then
+		offline_images=(--set sidecars.nodeDriverRegistrar.image.repository=diskforge/csi-node-driver-registrar
+			--set sidecars.nodeDriverRegistrar.image.tag=dev
+			--set sidecars.livenessProbe.image.repository=diskforge/livenessprobe --set sidecars.livenessProbe.image.tag=dev)
+	fi
+	log "helm install diskforge charts/diskforge -n $ns --create-namespace --set fakecloud.enabled=true"
+	"$helm" install diskforge charts/diskforge -n "$ns" --create-namespace --set fakecloud.enabled=true \
+		"${offline_images[@]}" --wait --timeout 5m
+	kubectl get nodes -L node.diskforge.io/instance-id -L topology.kubernetes.io/zone
+	step_done "helm install"
+	if [[ $run_tests == true ]]; then
+		log "helm test diskforge -n $ns"
+		"$helm" test diskforge -n "$ns" --logs --timeout 20m
+		step_done "helm test"
+		if [[ -n ${created_at:-} ]]; then
+			echo "from kind create cluster to a passing helm test: $((SECONDS - created_at))s"
+		fi
+	fi
+	exit 0
+fi
+
+# --- 4. snapshot CRDs (the overlay's vendored copy, as the chart's crds/) --------------------------------------
 log "snapshot CRDs of external-snapshotter $snapshot_version"
-crd_dir=$(cd / && go mod download -json "github.com/kubernetes-csi/external-snapshotter/client/v8@$snapshot_version" |
-	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/config/crd
-[[ -f $crd_dir/kustomization.yaml ]] || die "no CRDs at $crd_dir"
-kubectl apply --server-side -k "$crd_dir"
+kubectl apply --server-side -k "$overlay/snapshot-controller/crds"
 kubectl wait --for=condition=Established --timeout=60s \
 	crd/volumesnapshotclasses.snapshot.storage.k8s.io \
 	crd/volumesnapshotcontents.snapshot.storage.k8s.io \
 	crd/volumesnapshots.snapshot.storage.k8s.io
 
-# --- 5. fakecloud first, then its instances ----------------------------------------------------------------
-# Every object but the workloads first, fakecloud's workload with them (as the local cluster's harness does,
-# test/e2e/cluster/deploy.go): fakecloud needs the credentials Secret it shares with the driver.
-log "fakecloud"
-awk -v first="$work/kind-first.yaml" -v later="$work/kind-later.yaml" '
-	function flush() {
-		if (doc == "") return
-		workload = doc ~ /(^|\n)kind: (Deployment|DaemonSet)\n/ && doc !~ /app\.kubernetes\.io\/component: fakecloud\n/
-		printf "---\n%s", doc >(workload ? later : first)
-		doc = ""
-	}
-	/^---$/ { flush(); next }
-	{ doc = doc $0 "\n" }
-	END { flush() }' "$manifests"
-kubectl apply -f "$work/kind-first.yaml"
+# --- 5. everything in one apply, as a user does ----------------------------------------------------------
+# fakecloud registers every Node as an instance and labels it (kube-nodes); the node plugins wait for the labels.
+log "the driver and fakecloud ($overlay)"
+kubectl apply --server-side -f "$manifests"
 kubectl -n "$ns" rollout status deployment/fakecloud --timeout=3m
-
-log "registering the nodes with fakecloud"
 kubectl -n "$ns" port-forward service/fakecloud "$port:8787" >"$work/port-forward.log" 2>&1 &
 pf_pid=$!
 for _ in $(seq 1 30); do
@@ -440,30 +393,22 @@ for _ in $(seq 1 30); do
 	sleep 1
 done
 curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || die "fakecloud unreachable through the port-forward ($work/port-forward.log)"
-# /admin takes the bearer token from the credentials Secret (its name carries kustomize's hash).
+# The scenarios' cloud checks sign EC2 requests with the driver's key and read /admin with the token (the
+# credentials Secret's name carries kustomize's hash).
 secret=$(kubectl -n "$ns" get secrets -o name | grep -m1 '^secret/aws-credentials') || die "no aws-credentials Secret in $ns"
-admin_token=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
-# The scenarios' cloud checks sign EC2 requests with the driver's key and read /admin with the token.
 CLOUD_ACCESS_KEY_ID=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.key_id}' | base64 -d)
 CLOUD_SECRET_ACCESS_KEY=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.access_key}' | base64 -d)
-CLOUD_ADMIN_TOKEN=$admin_token
+CLOUD_ADMIN_TOKEN=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
 export CLOUD_ACCESS_KEY_ID CLOUD_SECRET_ACCESS_KEY CLOUD_ADMIN_TOKEN
-while read -r node id zone; do
-	echo "$node: $id in $zone"
-	curl -fsS -X PUT -H 'Content-Type: application/json' -H "Authorization: Bearer $admin_token" \
-		-d "{\"zone\":\"$zone\"}" "http://127.0.0.1:$port/admin/instances/$id" >/dev/null
-done < <(kubectl get nodes -l node.diskforge.io/instance-id -o \
-	jsonpath='{range .items[*]}{.metadata.name} {.metadata.labels.node\.diskforge\.io/instance-id} {.metadata.labels.topology\.kubernetes\.io/zone}{"\n"}{end}')
 
 # --- 6. the driver -----------------------------------------------------------------------------------------
-log "the driver ($overlay)"
-kubectl apply -f "$manifests"
 kubectl -n kube-system rollout status deployment/snapshot-controller --timeout=5m
 kubectl -n "$ns" rollout status deployment/diskforge-controller --timeout=5m
 kubectl -n "$ns" rollout status daemonset/diskforge-node --timeout=5m
 
-# The kubelet registers the plugin on each node: its CSINode lists the driver with the zone keys.
-want=$(kubectl get nodes -l node.diskforge.io/instance-id -o name | wc -l)
+# The kubelet registers the plugin on each node, the control plane's too: its CSINode lists the driver. Every
+# Node carries the instance ID and zone fakecloud gave it.
+want=$(kubectl get nodes -o name | wc -l)
 for _ in $(seq 1 60); do
 	have=$(kubectl get csinodes -o jsonpath='{range .items[*]}{.spec.drivers[*].name}{"\n"}{end}' |
 		grep -cx disk.csi.diskforge.io || true)
@@ -471,6 +416,7 @@ for _ in $(seq 1 60); do
 	sleep 2
 done
 ((have >= want)) || die "the driver is registered on $have of $want nodes"
+kubectl get nodes -L node.diskforge.io/instance-id -L topology.kubernetes.io/zone
 kubectl get csinodes -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name,NODE-ID:.spec.drivers[*].nodeID'
 step_done "deploy and register"
 
