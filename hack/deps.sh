@@ -52,7 +52,7 @@ if [[ "$mode" == test ]]; then
 		gcc:gcc libc6-dev:/usr/include/stdio.h # go test -race needs cgo
 		fdisk:sfdisk             # node tests: a partition table the driver must refuse to format
 		strace:strace            # pkg/blkprobe: the bytes blkid reads of a blank device
-		awscli:/usr/bin/aws      # test/clients: AWS CLI v2
+		awscli:/usr/bin/aws      # test/clients: AWS CLI v2; its botocore holds EC2's model (pkg/fakecloud/ec2model)
 		curl:curl                # test/clients, the kind script
 		mawk:awk                 # test/clients (Priority required, but not Essential)
 		shellcheck:shellcheck    # make lint

@@ -65,6 +65,8 @@ type Config struct {
 	Clock  state.Clock
 	// WrapBackend, when set, wraps the block backend: tests slow it down or cut it short.
 	WrapBackend func(blockdev.Backend) blockdev.Backend
+	// ParamRead, when set, is told the name of every request parameter an action reads (api.Options).
+	ParamRead func(action, name string)
 }
 
 // DefaultCloud is a region with three zones and no instances.
@@ -149,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
 		Admin: api.AdminRouter(s, faults.AdminHandler(inj),
 			api.AdminEndpoint{Path: "/io-faults", Handler: iofaults.AdminHandler(ioFaults)}),
-		AdminToken: cfg.AdminToken})
+		AdminToken: cfg.AdminToken, ParamRead: cfg.ParamRead})
 	klog.InfoS("fakecloud ready", "dataDir", cfg.DataDir, "backend", name, "region", cfg.Cloud.Region, "sigv4", verifier != nil)
 	return &Server{State: s, Faults: inj, IOFaults: ioFaults, Backend: backend, Handler: h, BackendName: name, IOLimits: limits, store: st}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -51,6 +52,9 @@ type Options struct {
 	// AdminToken, when set, admits admin requests carrying it as a bearer token. Admin requests must carry it
 	// or a SigV4 signature Auth accepts whenever either is configured.
 	AdminToken string
+	// ParamRead, when set, is told the name of every request parameter an action reads, whether or not the
+	// request carried it: tests hold the names to EC2's model.
+	ParamRead func(action, name string)
 }
 
 type actionFunc func(*params) (response, error)
@@ -65,11 +69,13 @@ type Handler struct {
 	accountID string
 	metrics   *metrics
 	router    chi.Router
+	paramRead func(action, name string)
 }
 
 // New builds the handler.
 func New(opts Options) *Handler {
-	h := &Handler{state: opts.State, faults: opts.Faults, auth: opts.Auth, zoneIDs: map[string]string{}, accountID: opts.State.AccountID()}
+	h := &Handler{state: opts.State, faults: opts.Faults, auth: opts.Auth, zoneIDs: map[string]string{}, accountID: opts.State.AccountID(),
+		paramRead: opts.ParamRead}
 	for _, z := range opts.State.Zones() {
 		h.zoneIDs[z.Name] = z.ID
 	}
@@ -116,6 +122,16 @@ func New(opts Options) *Handler {
 	r.Get("/", h.serveQuery)
 	h.router = r
 	return h
+}
+
+// Actions lists the EC2 actions the handler serves, sorted.
+func (h *Handler) Actions() []string {
+	out := make([]string, 0, len(h.actions))
+	for name := range h.actions {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
@@ -185,6 +201,9 @@ func (h *Handler) handle(r *http.Request) (string, response, error) {
 		}
 	}
 	p := &params{v: form}
+	if h.paramRead != nil {
+		p.read = func(name string) { h.paramRead(action, name) }
+	}
 	dryRun := p.boolean("DryRun")
 	resp, err := fn(p)
 	// Mutating actions answer DryRun themselves, before changing anything; reads answer it here, once the

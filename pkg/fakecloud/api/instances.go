@@ -28,7 +28,7 @@ func changesOf(changes []state.InstanceStateChange) *instanceChangesResponse {
 }
 
 func (h *Handler) startInstances(p *params) (response, error) {
-	return instanceChanges(p, func(ids []string, _, dry bool) ([]state.InstanceStateChange, error) {
+	return instanceChanges(p, false, func(ids []string, _, dry bool) ([]state.InstanceStateChange, error) {
 		return h.state.StartInstances(ids, dry)
 	})
 }
@@ -37,17 +37,19 @@ func (h *Handler) stopInstances(p *params) (response, error) {
 	if p.boolean("Hibernate") {
 		p.fail(ec2err.New(ec2err.CodeUnsupportedOperation, "Hibernation is not supported by fakecloud instances."))
 	}
-	return instanceChanges(p, h.state.StopInstances)
+	return instanceChanges(p, true, h.state.StopInstances)
 }
 
 func (h *Handler) terminateInstances(p *params) (response, error) {
-	return instanceChanges(p, h.state.TerminateInstances)
+	return instanceChanges(p, true, h.state.TerminateInstances)
 }
 
-// instanceChanges reads what Start, Stop and TerminateInstances share (InstanceId.N, Force — or SkipOsShutdown,
-// which like Force skips the guest's shutdown — and DryRun), makes the change and answers it.
-func instanceChanges(p *params, change func(ids []string, force, dry bool) ([]state.InstanceStateChange, error)) (response, error) {
-	ids, force, dry := p.list("InstanceId"), p.boolean("Force") || p.boolean("SkipOsShutdown"), p.boolean("DryRun")
+// instanceChanges reads what Start, Stop and TerminateInstances share (InstanceId.N and DryRun; with forcible,
+// Stop's and Terminate's Force — or SkipOsShutdown, which like Force skips the guest's shutdown; StartInstances
+// has neither), makes the change and answers it.
+func instanceChanges(p *params, forcible bool, change func(ids []string, force, dry bool) ([]state.InstanceStateChange, error)) (response, error) {
+	ids, dry := p.list("InstanceId"), p.boolean("DryRun")
+	force := forcible && (p.boolean("Force") || p.boolean("SkipOsShutdown"))
 	if p.err != nil {
 		return nil, p.err
 	}

@@ -18,6 +18,14 @@ const maxListItems = 1000
 type params struct {
 	v   url.Values
 	err error
+	// read, when set, is told the name of every parameter the action reads (Options.ParamRead).
+	read func(name string)
+}
+
+func (p *params) note(name string) {
+	if p.read != nil {
+		p.read(name)
+	}
 }
 
 func (p *params) fail(err error) {
@@ -27,14 +35,18 @@ func (p *params) fail(err error) {
 }
 
 func (p *params) has(name string) bool {
+	p.note(name)
 	_, ok := p.v[name]
 	return ok
 }
 
-func (p *params) str(name string) string { return p.v.Get(name) }
+func (p *params) str(name string) string {
+	p.note(name)
+	return p.v.Get(name)
+}
 
 func (p *params) required(name string) string {
-	s := p.v.Get(name)
+	s := p.str(name)
 	if s == "" {
 		p.fail(ec2err.Missing(name))
 	}
@@ -89,6 +101,16 @@ func (p *params) list(prefix string) []string {
 // list's name alone, or in another case (volumeId.1). Ignoring such a key would drop an ID or a filter and widen
 // the query to everything.
 func (p *params) indexes(prefix string, members ...string) []int {
+	if len(members) == 0 {
+		p.note(prefix + ".1")
+	}
+	for _, m := range members {
+		if list, ok := strings.CutSuffix(m, "."); ok {
+			p.note(prefix + ".1." + list + ".1")
+		} else {
+			p.note(prefix + ".1." + m)
+		}
+	}
 	seen := map[int]bool{}
 	for k := range p.v {
 		if len(k) < len(prefix) || !strings.EqualFold(k[:len(prefix)], prefix) {

@@ -35,13 +35,13 @@ type copyVolumesResponse struct {
 	Volumes []volumeXML `xml:"volumeSet>item"`
 }
 
-// copyVolumes is EC2's CopyVolumes: one new volume with the source's bytes, in the source's zone.
+// copyVolumes is EC2's CopyVolumes: one new volume with the source's bytes, in the source's zone. A copy takes
+// the source's encryption and key; EC2's CopyVolumes has no Encrypted or KmsKeyId to ask otherwise.
 func (h *Handler) copyVolumes(p *params) (response, error) {
 	in := state.CreateVolumeInput{
 		SourceVolumeID: p.required("SourceVolumeId"), SizeGiB: p.int32p("Size"), VolumeType: p.str("VolumeType"),
-		Iops: p.int32p("Iops"), Throughput: p.int32p("Throughput"), Encrypted: p.boolean("Encrypted"),
-		KmsKeyID: p.str("KmsKeyId"), MultiAttach: p.boolean("MultiAttachEnabled"), Tags: p.tagSpecs("volume"),
-		ClientToken: p.str("ClientToken"), DryRun: p.boolean("DryRun"),
+		Iops: p.int32p("Iops"), Throughput: p.int32p("Throughput"), MultiAttach: p.boolean("MultiAttachEnabled"),
+		Tags: p.tagSpecs("volume"), ClientToken: p.str("ClientToken"), DryRun: p.boolean("DryRun"),
 	}
 	if p.err != nil {
 		return nil, p.err

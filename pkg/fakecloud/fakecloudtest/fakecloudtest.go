@@ -54,6 +54,8 @@ type Options struct {
 	WrapBackend func(blockdev.Backend) blockdev.Backend
 	// RestoreReadLatency slows first reads of restored volumes on the fuse backend (fakecloud.Config).
 	RestoreReadLatency time.Duration
+	// Recorder, when set, keeps every EC2 Query exchange and the parameter names fakecloud read.
+	Recorder *Recorder
 }
 
 // Env is a running fakecloud.
@@ -95,13 +97,17 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, IOLimits: o.IOLimits, Cloud: cloud, Faults: o.Faults,
 		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend,
-		RestoreReadLatency: o.RestoreReadLatency})
+		RestoreReadLatency: o.RestoreReadLatency, ParamRead: paramRead(o.Recorder)})
 	if err != nil {
 		t.Fatalf("start fakecloud: %v", err)
 	}
+	handler := srv.Handler
+	if o.Recorder != nil {
+		handler = o.Recorder.wrap(handler)
+	}
 	// The production server's timeouts, so tests meet the same limits as clients of the binary.
-	hs := httptest.NewUnstartedServer(srv.Handler)
-	hs.Config = fakecloud.NewHTTPServer(srv.Handler, fakecloud.Timeouts{})
+	hs := httptest.NewUnstartedServer(handler)
+	hs.Config = fakecloud.NewHTTPServer(handler, fakecloud.Timeouts{})
 	e := &Env{Server: srv, DataDir: o.DataDir, Region: cloud.Region, Instances: map[string]string{}, http: hs}
 	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {

@@ -1,0 +1,282 @@
+package ec2model_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/pkg/fakecloud/ec2model"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+)
+
+// newerThanModel are actions fakecloud serves that an older installed model may lack, with when EC2 added them;
+// they are checked whenever the model has them.
+var newerThanModel = map[string]string{
+	"CopyVolumes": "added to EC2 in 2025, after the botocore that Debian 12's awscli 2.9.19 carries",
+}
+
+// newerMembers are members (parameter or element names) and enum values fakecloud uses that EC2 added after the
+// botocore inside Debian 12's awscli 2.9.19, the oldest model hack/deps.sh may leave: with such a model, their
+// absence from it is no mismatch. Keyed by shape, then name; a newer model has them and checks them in full.
+var newerMembers = map[[2]string]string{
+	{"CreateVolumeRequest", "AvailabilityZoneId"}:                    "zone IDs in CreateVolume",
+	{"CreateVolumeRequest", "AvailabilityZone"}:                      "no longer required once AvailabilityZoneId may name the zone",
+	{"CreateVolumeRequest", "VolumeInitializationRate"}:              "volume initialization rate (2025)",
+	{"Volume", "availabilityZoneId"}:                                 "zone IDs in volumes",
+	{"Volume", "sourceVolumeId"}:                                     "CopyVolumes (2025)",
+	{"Volume", "volumeInitializationRate"}:                           "volume initialization rate (2025)",
+	{"Snapshot", "completionTime"}:                                   "snapshot completion time (2024)",
+	{"Placement", "availabilityZoneId"}:                              "zone IDs in instance placement",
+	{"EbsInfo", "maximumEbsAttachments"}:                             "dedicated EBS attachment limits (2025)",
+	{"EbsInfo", "attachmentLimitType"}:                               "dedicated EBS attachment limits (2025)",
+	{"EnableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:   "zone IDs in fast snapshot restores",
+	{"DisableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:  "zone IDs in fast snapshot restores",
+	{"DescribeFastSnapshotRestoreSuccessItem", "availabilityZoneId"}: "zone IDs in fast snapshot restores",
+	{"VolumeStatusItem", "availabilityZoneId"}:                       "zone IDs in volume status",
+	{"VolumeStatusItem", "initializationStatusDetails"}:              "volume initialization status (2025)",
+	{"VolumeStatusName", "initialization-state"}:                     "volume initialization status (2025)",
+	{"StopInstancesRequest", "SkipOsShutdown"}:                       "skipping the OS shutdown (2025)",
+	{"TerminateInstancesRequest", "SkipOsShutdown"}:                  "skipping the OS shutdown (2025)",
+	{"TerminateInstancesRequest", "Force"}:                           "forced termination (2025)",
+}
+
+// knownMismatches are departures from the model fakecloud keeps on purpose, each with EC2's documented reason,
+// keyed by action and the mismatch's place. None today.
+var knownMismatches = map[[2]string]string{}
+
+// TestConformsToEC2Model drives every action fakecloud serves through the real SDK, records each exchange, and
+// holds the requests, the parameter names fakecloud reads and its replies to EC2's published model.
+func TestConformsToEC2Model(t *testing.T) {
+	found, all, err := ec2model.Locate()
+	if found.Model == nil {
+		testutil.SkipUnless(t, err, "EC2's service model is needed (Debian's awscli or python3-botocore ships it)")
+	}
+	for _, f := range all {
+		t.Logf("found %s: %d operations, %s", f.Package, len(f.Model.Operations()), f.Model.Path)
+	}
+	model := found.Model
+	t.Logf("using %s (%s)", found.Package, model.Path)
+
+	rec := &fakecloudtest.Recorder{}
+	env := fakecloudtest.Start(t, fakecloudtest.Options{Recorder: rec})
+	workload(t, env)
+
+	served := env.Server.Handler.(interface{ Actions() []string }).Actions()
+	exercised := map[string]int{}
+	var mismatches []ec2model.Mismatch
+	for _, x := range rec.Exchanges() {
+		if !model.HasOperation(x.Action) {
+			continue
+		}
+		mismatches = append(mismatches, model.CheckRequest(x.Action, x.Form)...)
+		if x.Status == http.StatusOK {
+			exercised[x.Action]++
+			mismatches = append(mismatches, model.CheckReply(x.Action, x.Body)...)
+		}
+	}
+	reads := rec.ParamsRead()
+	for action, names := range reads {
+		if !model.HasOperation(action) {
+			continue
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			for _, m := range model.CheckParamName(action, n) {
+				m.What = "fakecloud reads it: " + m.What
+				mismatches = append(mismatches, m)
+			}
+		}
+	}
+
+	for _, action := range served {
+		switch {
+		case !model.HasOperation(action) && newerThanModel[action] != "":
+			t.Logf("%s: not in %s's model (%s); not checked", action, found.Package, newerThanModel[action])
+		case !model.HasOperation(action):
+			t.Errorf("%s: fakecloud serves it but EC2's model (%s) has no such operation", action, found.Package)
+		case exercised[action] == 0:
+			t.Errorf("%s: the workload never got a successful reply; add it to workload", action)
+		default:
+			t.Logf("%s: %d replies, %d parameter names read, checked", action, exercised[action], len(reads[action]))
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range mismatches {
+		key := m.String()
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if why, ok := newerMembers[[2]string{m.Shape, m.Name}]; ok && m.Name != "" {
+			t.Logf("newer than %s's model: %s (%s)", found.Package, m, why)
+			continue
+		}
+		if why, ok := knownMismatches[[2]string{m.Action, m.Where}]; ok {
+			t.Logf("known: %s (%s)", m, why)
+			continue
+		}
+		t.Errorf("%s", m)
+	}
+}
+
+// workload calls every action fakecloud serves at least once with success, with the parameters clients use.
+func workload(t *testing.T, env *fakecloudtest.Env) {
+	c := env.EC2(t)
+	ctx := context.Background()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	zone, inst := "us-east-1a", fakecloudtest.InstanceA
+	wait := func(what string, cond func(ctx context.Context) (bool, error)) {
+		t.Helper()
+		fakecloudtest.WaitFor(t, 10*time.Second, what, cond)
+	}
+	volumeState := func(id string, want types.VolumeState) {
+		t.Helper()
+		wait(id+" "+string(want), func(ctx context.Context) (bool, error) {
+			out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{id}})
+			return err == nil && len(out.Volumes) == 1 && out.Volumes[0].State == want, err
+		})
+	}
+	tag := func(rt types.ResourceType, k, v string) []types.TagSpecification {
+		return []types.TagSpecification{{ResourceType: rt, Tags: []types.Tag{{Key: aws.String(k), Value: aws.String(v)}}}}
+	}
+
+	_, err := c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{})
+	must("DescribeAvailabilityZones", err)
+	_, err = c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{ZoneNames: []string{zone},
+		Filters: []types.Filter{{Name: aws.String("state"), Values: []string{"available"}}}})
+	must("DescribeAvailabilityZones by name", err)
+	_, err = c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{})
+	must("DescribeInstanceTypes", err)
+	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{})
+	must("DescribeInstances", err)
+
+	gp3, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zone), Size: aws.Int32(10),
+		VolumeType: types.VolumeTypeGp3, Iops: aws.Int32(4000), Throughput: aws.Int32(200), Encrypted: aws.Bool(true),
+		ClientToken: aws.String("conformance-1"), TagSpecifications: tag(types.ResourceTypeVolume, "Name", "conformance")})
+	must("CreateVolume gp3", err)
+	vol := aws.ToString(gp3.VolumeId)
+	io2, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZoneId: aws.String("use1-az1"), Size: aws.Int32(4),
+		VolumeType: types.VolumeTypeIo2, Iops: aws.Int32(1000), MultiAttachEnabled: aws.Bool(true)})
+	must("CreateVolume io2", err)
+	volumeState(vol, types.VolumeStateAvailable)
+	volumeState(aws.ToString(io2.VolumeId), types.VolumeStateAvailable)
+
+	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: []types.Tag{{Key: aws.String("team"), Value: aws.String("disks")}}})
+	must("CreateTags", err)
+	_, err = c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []types.Filter{{Name: aws.String("tag:team"), Values: []string{"disks"}}}})
+	must("DescribeVolumes by tag", err)
+	pages := ec2.NewDescribeVolumesPaginator(c, &ec2.DescribeVolumesInput{MaxResults: aws.Int32(5)})
+	for pages.HasMorePages() {
+		_, err := pages.NextPage(ctx)
+		must("DescribeVolumes pages", err)
+	}
+	_, err = c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{vol}, Tags: []types.Tag{{Key: aws.String("team")}}})
+	must("DeleteTags", err)
+
+	_, err = c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: aws.String(vol), InstanceId: aws.String(inst), Device: aws.String("/dev/xvdba")})
+	must("AttachVolume", err)
+	volumeState(vol, types.VolumeStateInUse)
+	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst}})
+	must("DescribeInstances attached", err)
+	_, err = c.ModifyInstanceAttribute(ctx, &ec2.ModifyInstanceAttributeInput{InstanceId: aws.String(inst),
+		BlockDeviceMappings: []types.InstanceBlockDeviceMappingSpecification{{DeviceName: aws.String("/dev/xvdba"),
+			Ebs: &types.EbsInstanceBlockDeviceSpecification{DeleteOnTermination: aws.Bool(false)}}}})
+	must("ModifyInstanceAttribute", err)
+
+	_, err = c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: aws.String(vol), Size: aws.Int32(12), Iops: aws.Int32(5000)})
+	must("ModifyVolume", err)
+	wait("modification of "+vol, func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{VolumeIds: []string{vol}})
+		return err == nil && len(out.VolumesModifications) == 1 &&
+			out.VolumesModifications[0].ModificationState != types.VolumeModificationStateModifying, err
+	})
+
+	snap, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: aws.String(vol), Description: aws.String("conformance"),
+		TagSpecifications: tag(types.ResourceTypeSnapshot, "Name", "conformance")})
+	must("CreateSnapshot", err)
+	snapID := aws.ToString(snap.SnapshotId)
+	wait("snapshot "+snapID, func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{SnapshotIds: []string{snapID}, OwnerIds: []string{"self"}})
+		return err == nil && len(out.Snapshots) == 1 && out.Snapshots[0].State == types.SnapshotStateCompleted, err
+	})
+	_, err = c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{MaxResults: aws.Int32(5),
+		Filters: []types.Filter{{Name: aws.String("volume-id"), Values: []string{vol}}}})
+	must("DescribeSnapshots by filter", err)
+
+	_, err = c.EnableFastSnapshotRestores(ctx, &ec2.EnableFastSnapshotRestoresInput{AvailabilityZones: []string{zone}, SourceSnapshotIds: []string{snapID}})
+	must("EnableFastSnapshotRestores", err)
+	_, err = c.DescribeFastSnapshotRestores(ctx, &ec2.DescribeFastSnapshotRestoresInput{
+		Filters: []types.Filter{{Name: aws.String("snapshot-id"), Values: []string{snapID}}}})
+	must("DescribeFastSnapshotRestores", err)
+	restored, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zone), SnapshotId: aws.String(snapID),
+		VolumeType: types.VolumeTypeGp3, VolumeInitializationRate: aws.Int32(200)})
+	must("CreateVolume from a snapshot", err)
+	volumeState(aws.ToString(restored.VolumeId), types.VolumeStateAvailable)
+	_, err = c.DescribeVolumeStatus(ctx, &ec2.DescribeVolumeStatusInput{VolumeIds: []string{aws.ToString(restored.VolumeId), vol}})
+	must("DescribeVolumeStatus", err)
+	_, err = c.DescribeVolumeStatus(ctx, &ec2.DescribeVolumeStatusInput{MaxResults: aws.Int32(5)})
+	must("DescribeVolumeStatus pages", err)
+	_, err = c.DisableFastSnapshotRestores(ctx, &ec2.DisableFastSnapshotRestoresInput{AvailabilityZones: []string{zone}, SourceSnapshotIds: []string{snapID}})
+	must("DisableFastSnapshotRestores", err)
+
+	cp, err := c.CopyVolumes(ctx, &ec2.CopyVolumesInput{SourceVolumeId: aws.String(vol), ClientToken: aws.String("conformance-copy"),
+		TagSpecifications: tag(types.ResourceTypeVolume, "Name", "copy")})
+	must("CopyVolumes", err)
+	for _, v := range cp.Volumes {
+		volumeState(aws.ToString(v.VolumeId), types.VolumeStateAvailable)
+	}
+	_, err = c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{})
+	must("DescribeVolumes all", err)
+
+	_, err = c.DetachVolume(ctx, &ec2.DetachVolumeInput{VolumeId: aws.String(vol), InstanceId: aws.String(inst)})
+	must("DetachVolume", err)
+	volumeState(vol, types.VolumeStateAvailable)
+	_, err = c.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{inst}})
+	must("StopInstances", err)
+	wait("instance stopped", instanceIs(c, inst, types.InstanceStateNameStopped))
+	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst}})
+	must("DescribeInstances stopped", err)
+	_, err = c.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{inst}})
+	must("StartInstances", err)
+	_, err = c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{fakecloudtest.InstanceC}})
+	must("TerminateInstances", err)
+	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{{Name: aws.String("instance-state-name"),
+		Values: []string{"shutting-down", "terminated"}}}})
+	must("DescribeInstances terminated", err)
+
+	_, err = c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: aws.String(snapID)})
+	must("DeleteSnapshot", err)
+	for _, id := range []string{vol, aws.ToString(io2.VolumeId), aws.ToString(restored.VolumeId)} {
+		_, err = c.DeleteVolume(ctx, &ec2.DeleteVolumeInput{VolumeId: aws.String(id)})
+		must("DeleteVolume "+id, err)
+	}
+	// A DryRun that would succeed answers with an error; its request is checked all the same.
+	_, err = c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{DryRun: aws.Bool(true)})
+	if err == nil || !strings.Contains(err.Error(), "DryRunOperation") {
+		t.Errorf("DescribeVolumes DryRun: %v, want DryRunOperation", err)
+	}
+}
+
+func instanceIs(c *ec2.Client, id string, want types.InstanceStateName) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		if err != nil || len(out.Reservations) == 0 || len(out.Reservations[0].Instances) == 0 {
+			return false, fmt.Errorf("describe %s: %v", id, err)
+		}
+		return out.Reservations[0].Instances[0].State.Name == want, nil
+	}
+}
