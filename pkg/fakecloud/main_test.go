@@ -7,11 +7,17 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 )
 
-// TestMain keeps fakecloud's info logs out of test output unless -v is given; errors still show.
+// TestMain keeps fakecloud's info logs out of test output unless -v is given; errors still show. It holds every
+// test's EC2 traffic to EC2's service model (fakecloudtest.EnvCheckModel) unless told otherwise.
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if _, set := os.LookupEnv(fakecloudtest.EnvCheckModel); !set {
+		_ = os.Setenv(fakecloudtest.EnvCheckModel, "1")
+	}
 	if !testing.Verbose() {
 		klog.LogToStderr(false)
 		klog.SetOutputBySeverity("INFO", io.Discard)

@@ -3,8 +3,6 @@ package ec2model_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -13,94 +11,27 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/diskforge/diskforge/internal/testutil"
-	"github.com/diskforge/diskforge/pkg/fakecloud/ec2model"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 )
-
-// newerThanModel are actions fakecloud serves that an older installed model may lack, with when EC2 added them;
-// they are checked whenever the model has them.
-var newerThanModel = map[string]string{
-	"CopyVolumes": "added to EC2 in 2025, after the botocore that Debian 12's awscli 2.9.19 carries",
-}
-
-// newerMembers are members (parameter or element names) and enum values fakecloud uses that EC2 added after the
-// botocore inside Debian 12's awscli 2.9.19, the oldest model hack/deps.sh may leave: with such a model, their
-// absence from it is no mismatch. Keyed by shape, then name; a newer model has them and checks them in full.
-var newerMembers = map[[2]string]string{
-	{"CreateVolumeRequest", "AvailabilityZoneId"}:                    "zone IDs in CreateVolume",
-	{"CreateVolumeRequest", "AvailabilityZone"}:                      "no longer required once AvailabilityZoneId may name the zone",
-	{"CreateVolumeRequest", "VolumeInitializationRate"}:              "volume initialization rate (2025)",
-	{"Volume", "availabilityZoneId"}:                                 "zone IDs in volumes",
-	{"Volume", "sourceVolumeId"}:                                     "CopyVolumes (2025)",
-	{"Volume", "volumeInitializationRate"}:                           "volume initialization rate (2025)",
-	{"Snapshot", "completionTime"}:                                   "snapshot completion time (2024)",
-	{"Placement", "availabilityZoneId"}:                              "zone IDs in instance placement",
-	{"EbsInfo", "maximumEbsAttachments"}:                             "dedicated EBS attachment limits (2025)",
-	{"EbsInfo", "attachmentLimitType"}:                               "dedicated EBS attachment limits (2025)",
-	{"EnableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:   "zone IDs in fast snapshot restores",
-	{"DisableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:  "zone IDs in fast snapshot restores",
-	{"DescribeFastSnapshotRestoreSuccessItem", "availabilityZoneId"}: "zone IDs in fast snapshot restores",
-	{"VolumeStatusItem", "availabilityZoneId"}:                       "zone IDs in volume status",
-	{"VolumeStatusItem", "initializationStatusDetails"}:              "volume initialization status (2025)",
-	{"VolumeStatusName", "initialization-state"}:                     "volume initialization status (2025)",
-	{"StopInstancesRequest", "SkipOsShutdown"}:                       "skipping the OS shutdown (2025)",
-	{"TerminateInstancesRequest", "SkipOsShutdown"}:                  "skipping the OS shutdown (2025)",
-	{"TerminateInstancesRequest", "Force"}:                           "forced termination (2025)",
-}
-
-// knownMismatches are departures from the model fakecloud keeps on purpose, each with EC2's documented reason,
-// keyed by action and the mismatch's place. None today.
-var knownMismatches = map[[2]string]string{}
 
 // TestConformsToEC2Model drives every action fakecloud serves through the real SDK, records each exchange, and
 // holds the requests, the parameter names fakecloud reads and its replies to EC2's published model.
 func TestConformsToEC2Model(t *testing.T) {
-	found, all, err := ec2model.Locate()
-	if found.Model == nil {
-		testutil.SkipUnless(t, err, "EC2's service model is needed (Debian's awscli or python3-botocore ships it)")
-	}
-	for _, f := range all {
-		t.Logf("found %s: %d operations, %s", f.Package, len(f.Model.Operations()), f.Model.Path)
-	}
+	found := fakecloudtest.LocateModel(t)
+	t.Logf("using %s (%s)", found.Package, found.Model.Path)
 	model := found.Model
-	t.Logf("using %s (%s)", found.Package, model.Path)
 
 	rec := &fakecloudtest.Recorder{}
 	env := fakecloudtest.Start(t, fakecloudtest.Options{Recorder: rec})
 	workload(t, env)
 
 	served := env.Server.Handler.(interface{ Actions() []string }).Actions()
-	exercised := map[string]int{}
-	var mismatches []ec2model.Mismatch
-	for _, x := range rec.Exchanges() {
-		if !model.HasOperation(x.Action) {
-			continue
-		}
-		mismatches = append(mismatches, model.CheckRequest(x.Action, x.Form)...)
-		if x.Status == http.StatusOK {
-			exercised[x.Action]++
-			mismatches = append(mismatches, model.CheckReply(x.Action, x.Body)...)
-		}
-	}
+	exercised := fakecloudtest.CheckModel(t, found, rec)
 	reads := rec.ParamsRead()
-	for action, names := range reads {
-		if !model.HasOperation(action) {
-			continue
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			for _, m := range model.CheckParamName(action, n) {
-				m.What = "fakecloud reads it: " + m.What
-				mismatches = append(mismatches, m)
-			}
-		}
-	}
-
 	for _, action := range served {
 		switch {
-		case !model.HasOperation(action) && newerThanModel[action] != "":
-			t.Logf("%s: not in %s's model (%s); not checked", action, found.Package, newerThanModel[action])
+		case !model.HasOperation(action) && fakecloudtest.NewerThanModel[action] != "":
+			t.Logf("%s: not in %s's model (%s); not checked", action, found.Package, fakecloudtest.NewerThanModel[action])
 		case !model.HasOperation(action):
 			t.Errorf("%s: fakecloud serves it but EC2's model (%s) has no such operation", action, found.Package)
 		case exercised[action] == 0:
@@ -108,23 +39,6 @@ func TestConformsToEC2Model(t *testing.T) {
 		default:
 			t.Logf("%s: %d replies, %d parameter names read, checked", action, exercised[action], len(reads[action]))
 		}
-	}
-	seen := map[string]bool{}
-	for _, m := range mismatches {
-		key := m.String()
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		if why, ok := newerMembers[[2]string{m.Shape, m.Name}]; ok && m.Name != "" {
-			t.Logf("newer than %s's model: %s (%s)", found.Package, m, why)
-			continue
-		}
-		if why, ok := knownMismatches[[2]string{m.Action, m.Where}]; ok {
-			t.Logf("known: %s (%s)", m, why)
-			continue
-		}
-		t.Errorf("%s", m)
 	}
 }
 

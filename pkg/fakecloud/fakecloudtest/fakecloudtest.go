@@ -95,6 +95,7 @@ func Start(t testing.TB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	checkModelAtEnd(t, &o)
 	srv, err := fakecloud.New(fakecloud.Config{DataDir: o.DataDir, Backend: o.Backend, IOLimits: o.IOLimits, Cloud: cloud, Faults: o.Faults,
 		AccessKeys: o.AccessKeys, AdminToken: o.AdminToken, NoSync: o.NoSync, Clock: o.Clock, WrapBackend: o.WrapBackend,
 		RestoreReadLatency: o.RestoreReadLatency, ParamRead: paramRead(o.Recorder)})
