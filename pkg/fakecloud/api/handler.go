@@ -5,6 +5,7 @@ package api
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -125,14 +126,7 @@ func New(opts Options) *Handler {
 }
 
 // Actions lists the EC2 actions the handler serves, sorted.
-func (h *Handler) Actions() []string {
-	out := make([]string, 0, len(h.actions))
-	for name := range h.actions {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
-}
+func (h *Handler) Actions() []string { return slices.Sorted(maps.Keys(h.actions)) }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
 

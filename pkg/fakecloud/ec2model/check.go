@@ -3,9 +3,9 @@ package ec2model
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -228,11 +228,4 @@ func (c *checker) scalar(where, shapeName string, s *shape, text string) {
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

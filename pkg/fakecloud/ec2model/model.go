@@ -24,8 +24,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 )
 
 // Model is an EC2 service model.
@@ -128,11 +129,4 @@ func (m *Model) HasOperation(action string) bool {
 }
 
 // Operations lists the model's actions, sorted.
-func (m *Model) Operations() []string {
-	out := make([]string, 0, len(m.operations))
-	for name := range m.operations {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
-}
+func (m *Model) Operations() []string { return slices.Sorted(maps.Keys(m.operations)) }
