@@ -79,12 +79,12 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 	must("DescribeInstances", err)
 
 	gp3, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zone), Size: aws.Int32(10),
-		VolumeType: types.VolumeTypeGp3, Iops: aws.Int32(4000), Throughput: aws.Int32(200), Encrypted: aws.Bool(true),
+		VolumeType: types.VolumeTypeGp3, Iops: aws.Int32(4000), Throughput: aws.Int32(200),
 		ClientToken: aws.String("conformance-1"), TagSpecifications: tag(types.ResourceTypeVolume, "Name", "conformance")})
 	must("CreateVolume gp3", err)
 	vol := aws.ToString(gp3.VolumeId)
 	io2, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZoneId: aws.String("use1-az1"), Size: aws.Int32(4),
-		VolumeType: types.VolumeTypeIo2, Iops: aws.Int32(1000), MultiAttachEnabled: aws.Bool(true)})
+		VolumeType: types.VolumeTypeIo2, Iops: aws.Int32(1000), MultiAttachEnabled: aws.Bool(true), Encrypted: aws.Bool(true)})
 	must("CreateVolume io2", err)
 	volumeState(vol, types.VolumeStateAvailable)
 	volumeState(aws.ToString(io2.VolumeId), types.VolumeStateAvailable)
@@ -172,6 +172,9 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 		Values: []string{"shutting-down", "terminated"}}}})
 	must("DescribeInstances terminated", err)
 
+	snapshotWorkload(t, c, inst, snapID)
+	accountWorkload(t, c)
+
 	_, err = c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: aws.String(snapID)})
 	must("DeleteSnapshot", err)
 	for _, id := range []string{vol, aws.ToString(io2.VolumeId), aws.ToString(restored.VolumeId)} {
@@ -182,6 +185,98 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 	_, err = c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{DryRun: aws.Bool(true)})
 	if err == nil || !strings.Contains(err.Error(), "DryRunOperation") {
 		t.Errorf("DescribeVolumes DryRun: %v, want DryRunOperation", err)
+	}
+}
+
+// snapshotWorkload calls the snapshot actions beyond create, describe and delete on a copy of snapID.
+func snapshotWorkload(t *testing.T, c *ec2.Client, inst, snapID string) {
+	ctx := context.Background()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	cp, err := c.CopySnapshot(ctx, &ec2.CopySnapshotInput{SourceSnapshotId: aws.String(snapID), SourceRegion: aws.String("us-east-1"),
+		Description: aws.String("copy")})
+	must("CopySnapshot", err)
+	copyID := aws.ToString(cp.SnapshotId)
+	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot "+copyID, func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{SnapshotIds: []string{copyID}})
+		return err == nil && len(out.Snapshots) == 1 && out.Snapshots[0].State == types.SnapshotStateCompleted, err
+	})
+	multi, err := c.CreateSnapshots(ctx, &ec2.CreateSnapshotsInput{InstanceSpecification: &types.InstanceSpecification{InstanceId: aws.String(inst)},
+		Description: aws.String("multi")})
+	must("CreateSnapshots", err)
+	_, err = c.ModifySnapshotAttribute(ctx, &ec2.ModifySnapshotAttributeInput{SnapshotId: aws.String(copyID), Attribute: types.SnapshotAttributeNameCreateVolumePermission,
+		CreateVolumePermission: &types.CreateVolumePermissionModifications{Add: []types.CreateVolumePermission{{UserId: aws.String("111122223333")}}}})
+	must("ModifySnapshotAttribute", err)
+	_, err = c.DescribeSnapshotAttribute(ctx, &ec2.DescribeSnapshotAttributeInput{SnapshotId: aws.String(copyID), Attribute: types.SnapshotAttributeNameCreateVolumePermission})
+	must("DescribeSnapshotAttribute", err)
+	_, err = c.ResetSnapshotAttribute(ctx, &ec2.ResetSnapshotAttributeInput{SnapshotId: aws.String(copyID), Attribute: types.SnapshotAttributeNameCreateVolumePermission})
+	must("ResetSnapshotAttribute", err)
+	_, err = c.LockSnapshot(ctx, &ec2.LockSnapshotInput{SnapshotId: aws.String(copyID), LockMode: types.LockModeGovernance, LockDuration: aws.Int32(1)})
+	must("LockSnapshot", err)
+	_, err = c.DescribeLockedSnapshots(ctx, &ec2.DescribeLockedSnapshotsInput{SnapshotIds: []string{copyID}})
+	must("DescribeLockedSnapshots", err)
+	_, err = c.UnlockSnapshot(ctx, &ec2.UnlockSnapshotInput{SnapshotId: aws.String(copyID)})
+	must("UnlockSnapshot", err)
+	_, err = c.ModifySnapshotTier(ctx, &ec2.ModifySnapshotTierInput{SnapshotId: aws.String(copyID), StorageTier: types.TargetStorageTierArchive})
+	must("ModifySnapshotTier", err)
+	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot "+copyID+" archived", func(ctx context.Context) (bool, error) {
+		out, err := c.DescribeSnapshotTierStatus(ctx, &ec2.DescribeSnapshotTierStatusInput{
+			Filters: []types.Filter{{Name: aws.String("snapshot-id"), Values: []string{copyID}}}})
+		return err == nil && len(out.SnapshotTierStatuses) == 1 && out.SnapshotTierStatuses[0].StorageTier == types.StorageTierArchive, err
+	})
+	_, err = c.RestoreSnapshotTier(ctx, &ec2.RestoreSnapshotTierInput{SnapshotId: aws.String(copyID), TemporaryRestoreDays: aws.Int32(1)})
+	must("RestoreSnapshotTier", err)
+	for _, id := range append([]string{copyID}, snapshotIDs(multi.Snapshots)...) {
+		_, err = c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: aws.String(id)})
+		must("DeleteSnapshot "+id, err)
+	}
+}
+
+func snapshotIDs(infos []types.SnapshotInfo) []string {
+	var out []string
+	for _, i := range infos {
+		out = append(out, aws.ToString(i.SnapshotId))
+	}
+	return out
+}
+
+// accountWorkload calls the account's EBS encryption defaults actions, leaving them as they were.
+func accountWorkload(t *testing.T, c *ec2.Client) {
+	ctx := context.Background()
+	steps := []struct {
+		action string
+		call   func() error
+	}{
+		{"GetEbsEncryptionByDefault", func() error {
+			_, err := c.GetEbsEncryptionByDefault(ctx, &ec2.GetEbsEncryptionByDefaultInput{})
+			return err
+		}},
+		{"EnableEbsEncryptionByDefault", func() error {
+			_, err := c.EnableEbsEncryptionByDefault(ctx, &ec2.EnableEbsEncryptionByDefaultInput{})
+			return err
+		}},
+		{"GetEbsDefaultKmsKeyId", func() error { _, err := c.GetEbsDefaultKmsKeyId(ctx, &ec2.GetEbsDefaultKmsKeyIdInput{}); return err }},
+		{"ModifyEbsDefaultKmsKeyId", func() error {
+			_, err := c.ModifyEbsDefaultKmsKeyId(ctx, &ec2.ModifyEbsDefaultKmsKeyIdInput{KmsKeyId: aws.String("alias/conformance")})
+			return err
+		}},
+		{"ResetEbsDefaultKmsKeyId", func() error {
+			_, err := c.ResetEbsDefaultKmsKeyId(ctx, &ec2.ResetEbsDefaultKmsKeyIdInput{})
+			return err
+		}},
+		{"DisableEbsEncryptionByDefault", func() error {
+			_, err := c.DisableEbsEncryptionByDefault(ctx, &ec2.DisableEbsEncryptionByDefaultInput{})
+			return err
+		}},
+	}
+	for _, s := range steps {
+		if err := s.call(); err != nil {
+			t.Fatalf("%s: %v", s.action, err)
+		}
 	}
 }
 

@@ -15,10 +15,13 @@ import (
 // tests set it; DISKFORGE_CHECK_EC2_MODEL=0 turns that off.
 const EnvCheckModel = "DISKFORGE_CHECK_EC2_MODEL"
 
-// NewerThanModel are actions fakecloud serves that an older installed model may lack, with when EC2 added them;
+// NewerThanModel are actions fakecloud serves that an older installed model may lack, with what they are;
 // they are checked whenever the model has them.
 var NewerThanModel = map[string]string{
-	"CopyVolumes": "added to EC2 in 2025, after the botocore that Debian 12's awscli 2.9.19 carries",
+	"CopyVolumes":             "volume copies, newer than the botocore Debian 12's awscli 2.9.19 carries",
+	"LockSnapshot":            "snapshot lock, newer than awscli 2.9.19's botocore",
+	"UnlockSnapshot":          "snapshot lock, newer than awscli 2.9.19's botocore",
+	"DescribeLockedSnapshots": "snapshot lock, newer than awscli 2.9.19's botocore",
 }
 
 // newerMembers are members (parameter or element names) and enum values fakecloud uses that EC2 added after the
@@ -27,25 +30,27 @@ var NewerThanModel = map[string]string{
 var newerMembers = map[[2]string]string{
 	{"CreateVolumeRequest", "AvailabilityZoneId"}:                      "zone IDs in CreateVolume",
 	{"CreateVolumeRequest", "AvailabilityZone"}:                        "no longer required once AvailabilityZoneId may name the zone",
-	{"CreateVolumeRequest", "VolumeInitializationRate"}:                "volume initialization rate (2025)",
+	{"CreateVolumeRequest", "VolumeInitializationRate"}:                "volume initialization rate",
 	{"Volume", "availabilityZoneId"}:                                   "zone IDs in volumes",
-	{"Volume", "sourceVolumeId"}:                                       "CopyVolumes (2025)",
-	{"Volume", "volumeInitializationRate"}:                             "volume initialization rate (2025)",
-	{"Snapshot", "completionTime"}:                                     "snapshot completion time (2024)",
+	{"Volume", "sourceVolumeId"}:                                       "CopyVolumes",
+	{"Volume", "volumeInitializationRate"}:                             "volume initialization rate",
+	{"Snapshot", "completionTime"}:                                     "snapshot completion time",
 	{"Placement", "availabilityZoneId"}:                                "zone IDs in instance placement",
-	{"EbsInfo", "maximumEbsAttachments"}:                               "dedicated EBS attachment limits (2025)",
-	{"EbsInfo", "attachmentLimitType"}:                                 "dedicated EBS attachment limits (2025)",
+	{"EbsInfo", "maximumEbsAttachments"}:                               "dedicated EBS attachment limits",
+	{"EbsInfo", "attachmentLimitType"}:                                 "dedicated EBS attachment limits",
 	{"EnableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:     "zone IDs in fast snapshot restores",
 	{"DisableFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:    "zone IDs in fast snapshot restores",
 	{"DescribeFastSnapshotRestoreSuccessItem", "availabilityZoneId"}:   "zone IDs in fast snapshot restores",
 	{"EnableFastSnapshotRestoreStateErrorItem", "availabilityZoneId"}:  "zone IDs in fast snapshot restores",
 	{"DisableFastSnapshotRestoreStateErrorItem", "availabilityZoneId"}: "zone IDs in fast snapshot restores",
 	{"VolumeStatusItem", "availabilityZoneId"}:                         "zone IDs in volume status",
-	{"VolumeStatusItem", "initializationStatusDetails"}:                "volume initialization status (2025)",
-	{"VolumeStatusName", "initialization-state"}:                       "volume initialization status (2025)",
-	{"StopInstancesRequest", "SkipOsShutdown"}:                         "skipping the OS shutdown (2025)",
-	{"TerminateInstancesRequest", "SkipOsShutdown"}:                    "skipping the OS shutdown (2025)",
-	{"TerminateInstancesRequest", "Force"}:                             "forced termination (2025)",
+	{"VolumeStatusItem", "initializationStatusDetails"}:                "volume initialization status",
+	{"VolumeStatusName", "initialization-state"}:                       "volume initialization status",
+	{"CopySnapshotRequest", "DestinationAvailabilityZone"}:             "snapshot copies to Local Zones",
+	{"CreateSnapshotsRequest", "Location"}:                             "local snapshots on Outposts",
+	{"StopInstancesRequest", "SkipOsShutdown"}:                         "skipping the OS shutdown",
+	{"TerminateInstancesRequest", "SkipOsShutdown"}:                    "skipping the OS shutdown",
+	{"TerminateInstancesRequest", "Force"}:                             "forced termination",
 }
 
 // knownMismatches are departures from the model fakecloud keeps on purpose, each with EC2's documented reason,
