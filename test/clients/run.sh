@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh proves fakecloud works with EC2 clients we did not write: it starts a throwaway fakecloud for each
 # client and runs a volume's whole life through AWS CLI v2 (test/clients/cli.sh), AWS CLI v1 when present, and
-# boto3 (test/clients/boto3_lifecycle.py), then tears everything down.
+# boto3 (test/clients/boto3_lifecycle.py), checks EC2's answers through boto3 (test/clients/boto3_answers.py), then tears everything down.
 #
 # Usage: bash test/clients/run.sh
 #
@@ -230,6 +230,7 @@ if [[ -n $AWS_CLI_V1 ]]; then
 	run_client "aws-cli-v1" env AWS_CLI="$AWS_CLI_V1" bash "$HERE/cli.sh"
 fi
 run_client "boto3" "$PYTHON" "$HERE/boto3_lifecycle.py"
+run_client "boto3-answers" "$PYTHON" "$HERE/boto3_answers.py"
 
 echo
 passed=0 failed=0
