@@ -52,7 +52,7 @@ func TestProtocolErrors(t *testing.T) {
 		{"missing volume id", "Action=DeleteVolume&Version=2016-11-15", 400, "MissingParameter", "VolumeId"},
 		{"attach without device", "Action=AttachVolume&VolumeId=vol-1&InstanceId=i-1&Version=2016-11-15", 400, "MissingParameter", "Device"},
 		{"filter without name", "Action=DescribeVolumes&Filter.1.Value.1=x&Version=2016-11-15", 400, "MissingParameter", "Filter.1.Name"},
-		{"tags without resources", "Action=CreateTags&Tag.1.Key=a&Tag.1.Value=b&Version=2016-11-15", 400, "MissingParameter", "ResourceId"},
+		{"tags without resources", "Action=CreateTags&Tag.1.Key=a&Tag.1.Value=b&Version=2016-11-15", 400, "MissingParameter", "resourceIdSet"},
 		{"bad form", "Action=DescribeVolumes&%zz", 400, "InvalidParameterValue", "form"},
 		{"dry run", "Action=DescribeAvailabilityZones&DryRun=false&Version=2016-11-15", 200, "", ""},
 		// EC2 speaks one API version; clients that send another get the old or a future API, not this one.

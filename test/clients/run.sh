@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run.sh proves fakecloud works with EC2 clients we did not write: it starts a throwaway fakecloud for each
 # client and runs a volume's whole life through AWS CLI v2 (test/clients/cli.sh), AWS CLI v1 when present, and
-# boto3 (test/clients/boto3_lifecycle.py), and the snapshot actions through boto3 (test/clients/boto3_snapshots.py),
-# then tears everything down.
+# boto3 (test/clients/boto3_lifecycle.py), the snapshot actions through boto3 (test/clients/boto3_snapshots.py)
+# and EC2's answers to wrong requests through boto3 (test/clients/boto3_answers.py), then tears everything down.
 #
 # Usage: bash test/clients/run.sh
 #
@@ -232,6 +232,7 @@ if [[ -n $AWS_CLI_V1 ]]; then
 fi
 run_client "boto3" "$PYTHON" "$HERE/boto3_lifecycle.py"
 run_client "boto3-snapshots" "$PYTHON" "$HERE/boto3_snapshots.py"
+run_client "boto3-answers" "$PYTHON" "$HERE/boto3_answers.py"
 
 echo
 passed=0 failed=0

@@ -59,7 +59,7 @@ func (h *Handler) describeSnapshots(p *params) (response, error) {
 func (h *Handler) createTags(p *params) (response, error) {
 	ids, tags, dry := p.list("ResourceId"), p.tags("Tag"), p.boolean("DryRun")
 	if p.err == nil && len(ids) == 0 {
-		p.fail(ec2err.Missing("ResourceId"))
+		p.fail(ec2err.Missing("resourceIdSet"))
 	}
 	if p.err == nil && len(tags) == 0 {
 		p.fail(ec2err.Missing("Tag"))
@@ -76,7 +76,7 @@ func (h *Handler) createTags(p *params) (response, error) {
 func (h *Handler) deleteTags(p *params) (response, error) {
 	ids, sel, dry := p.list("ResourceId"), p.tagSelectors("Tag"), p.boolean("DryRun")
 	if p.err == nil && len(ids) == 0 {
-		p.fail(ec2err.Missing("ResourceId"))
+		p.fail(ec2err.Missing("resourceIdSet"))
 	}
 	if p.err != nil {
 		return nil, p.err

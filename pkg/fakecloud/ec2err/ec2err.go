@@ -69,6 +69,7 @@ const (
 	CodeInsufficientVolumeCapacity    = "InsufficientVolumeCapacity"
 	CodeInvalidVolumeModificationSize = "VolumeModificationSizeLimitExceeded"
 	CodeInvalidInstanceType           = "InvalidInstanceType"
+	CodeTagLimitExceeded              = "TagLimitExceeded"
 	// CodeNoSuchVersion answers an API version the service does not have (AWS's common Query error; the
 	// wording is unverified against EC2).
 	CodeNoSuchVersion = "NoSuchVersion"

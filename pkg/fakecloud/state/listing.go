@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/base64"
 	"strings"
+	"time"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/ec2err"
 )
@@ -79,6 +80,16 @@ func decodeToken(tok string) (string, error) {
 		return "", ec2err.New(ec2err.CodeInvalidPaginationToken, "The pagination token '%s' is invalid.", tok)
 	}
 	return string(raw), nil
+}
+
+// timeValues are the spellings a time filter matches: whole seconds, and with the milliseconds fakecloud
+// displays, so the very value a client read back finds its record.
+func timeValues(t time.Time) []string {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return []string{u.Format(time.RFC3339), u.Format("2006-01-02T15:04:05.000Z")}
 }
 
 // fields maps a filter name to the values of a record it matches against.

@@ -213,7 +213,7 @@ var snapshotFields = fields[Snapshot]{
 	"volume-size": func(sn *Snapshot) []string { return []string{strconv.Itoa(int(sn.VolumeSize))} },
 	"encrypted":   func(sn *Snapshot) []string { return []string{strconv.FormatBool(sn.Encrypted)} },
 	"progress":    func(sn *Snapshot) []string { return []string{strconv.Itoa(sn.Progress) + "%"} },
-	"start-time":  func(sn *Snapshot) []string { return []string{sn.StartTime.UTC().Format(time.RFC3339)} },
+	"start-time":  func(sn *Snapshot) []string { return timeValues(sn.StartTime) },
 }
 
 // DescribeSnapshots lists snapshots by ID, owner or filter, a page at a time.

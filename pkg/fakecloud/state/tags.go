@@ -20,7 +20,7 @@ const (
 // than keep either value).
 func validateTags(tags []Tag) error {
 	if len(tags) > maxTags {
-		return ec2err.New(ec2err.CodeInvalidParameterValue, "The number of tags is %d; a resource can have at most %d tags.", len(tags), maxTags)
+		return ec2err.New(ec2err.CodeTagLimitExceeded, "The number of tags is %d; a resource can have at most %d tags.", len(tags), maxTags)
 	}
 	seen := make(map[string]bool, len(tags))
 	for _, t := range tags {
@@ -65,7 +65,7 @@ func (s *State) CreateTags(resourceIDs []string, tags []Tag, dryRun bool) error 
 				*t.tags = setTag(*t.tags, tag)
 			}
 			if len(*t.tags) > maxTags {
-				return ec2err.New(ec2err.CodeInvalidParameterValue, "Resource %s would have more than %d tags.", t.id, maxTags)
+				return ec2err.New(ec2err.CodeTagLimitExceeded, "Resource %s would have more than %d tags.", t.id, maxTags)
 			}
 			s.markDirty(t.kind, t.id)
 		}
@@ -127,7 +127,7 @@ type taggable struct {
 
 func (s *State) taggables(ids []string) ([]taggable, error) {
 	if len(ids) == 0 {
-		return nil, ec2err.Missing("ResourceId")
+		return nil, ec2err.Missing("resourceIdSet")
 	}
 	out := make([]taggable, 0, len(ids))
 	for _, id := range ids {

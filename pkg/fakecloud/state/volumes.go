@@ -405,9 +405,16 @@ var volumeFields = fields[Volume]{
 	"snapshot-id":          func(v *Volume) []string { return []string{v.SnapshotID} },
 	"encrypted":            func(v *Volume) []string { return []string{strconv.FormatBool(v.Encrypted)} },
 	"multi-attach-enabled": func(v *Volume) []string { return []string{strconv.FormatBool(v.MultiAttach)} },
-	"create-time":          func(v *Volume) []string { return []string{v.CreateTime.UTC().Format(time.RFC3339)} },
+	"create-time":          func(v *Volume) []string { return timeValues(v.CreateTime) },
 	"attachment.instance-id": func(v *Volume) []string {
 		return attachmentValues(v, func(a Attachment) string { return a.InstanceID })
+	},
+	"attachment.attach-time": func(v *Volume) []string {
+		var out []string
+		for _, a := range v.Attachments {
+			out = append(out, timeValues(a.AttachTime)...)
+		}
+		return out
 	},
 	"attachment.status": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.State }) },
 	"attachment.device": func(v *Volume) []string { return attachmentValues(v, func(a Attachment) string { return a.Device }) },

@@ -1,0 +1,111 @@
+package fakecloud_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+)
+
+// TestTagAnswers: EC2's answers to tag requests it refuses: too many tags is TagLimitExceeded, and a
+// missing resource list names resourceIdSet.
+func TestTagAnswers(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	tags := func(n int, prefix string) []types.Tag {
+		out := make([]types.Tag, n)
+		for i := range out {
+			out[i] = types.Tag{Key: aws.String(fmt.Sprintf("%s%d", prefix, i)), Value: aws.String("v")}
+		}
+		return out
+	}
+	if _, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: tags(50, "a")}); err != nil {
+		t.Fatalf("50 tags: %v", err)
+	}
+	for _, tc := range []struct {
+		name, code, inMessage string
+		call                  func() error
+	}{
+		{"51st tag on a resource", "TagLimitExceeded", "", func() error {
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{vol}, Tags: tags(1, "b")})
+			return err
+		}},
+		{"51 tags in one request", "TagLimitExceeded", "", func() error {
+			_, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String("us-east-1a"), Size: aws.Int32(1),
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeVolume, Tags: tags(51, "c")}}})
+			return err
+		}},
+		{"CreateTags without resources", "MissingParameter", "resourceIdSet", func() error {
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{}, Tags: tags(1, "d")})
+			return err
+		}},
+		{"DeleteTags without resources", "MissingParameter", "resourceIdSet", func() error {
+			_, err := c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{}})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if codeOf(err) != tc.code || !strings.Contains(messageOf(err), tc.inMessage) {
+				t.Fatalf("got %q %q, want %s naming %q", codeOf(err), messageOf(err), tc.code, tc.inMessage)
+			}
+		})
+	}
+}
+
+// TestTimeFilters: a time filter given the very value fakecloud displays (with milliseconds) finds the record,
+// as does the same time in whole seconds.
+func TestTimeFilters(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	attached(t, c, vol, fakecloudtest.InstanceA, "/dev/xvdba")
+	snap, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Times as the client decoded them from fakecloud's replies.
+	v := describeVolume(t, c, vol)
+	ms := "2006-01-02T15:04:05.000Z"
+	sec := "2006-01-02T15:04:05Z"
+	for _, tc := range []struct {
+		name, filter, value string
+		snapshot            bool
+	}{
+		{"create-time as displayed", "create-time", v.CreateTime.UTC().Format(ms), false},
+		{"create-time in seconds", "create-time", v.CreateTime.UTC().Format(sec), false},
+		{"attachment.attach-time as displayed", "attachment.attach-time", v.Attachments[0].AttachTime.UTC().Format(ms), false},
+		{"start-time as displayed", "start-time", snap.StartTime.UTC().Format(ms), true},
+		{"start-time in seconds", "start-time", snap.StartTime.UTC().Format(sec), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flt := []types.Filter{{Name: aws.String(tc.filter), Values: []string{tc.value}}}
+			var n int
+			if tc.snapshot {
+				out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{Filters: flt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n = len(out.Snapshots)
+			} else {
+				out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: flt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n = len(out.Volumes)
+			}
+			if n != 1 {
+				t.Fatalf("filter %s=%s found %d records, want 1", tc.filter, tc.value, n)
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Check through boto3 that fakecloud answers as EC2 does: tag limits, missing-parameter names, time filters.
+
+Usage: python3 test/clients/boto3_answers.py [ENDPOINT]
+
+Environment: FAKECLOUD_ENDPOINT (when no argument), FAKECLOUD_INSTANCE_A (an instance in us-east-1a),
+POLL_TIMEOUT (seconds per wait, default 30). It leaves the volume it made detached and deleted.
+"""
+
+import os
+import sys
+import time
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+POLL_TIMEOUT = float(os.environ.get("POLL_TIMEOUT", "30"))
+MS = "%Y-%m-%dT%H:%M:%S.{ms:03d}Z"
+
+
+def fail(msg):
+    print(f"[boto3-answers] FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def error_of(fn, **kw):
+    try:
+        fn(**kw)
+    except ClientError as e:
+        return e.response["Error"]["Code"], e.response["Error"]["Message"]
+    return None, None
+
+
+def wait(what, fn, done):
+    deadline = time.monotonic() + POLL_TIMEOUT
+    while not done(fn()):
+        if time.monotonic() > deadline:
+            fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def displayed(t):
+    """The time as fakecloud displayed it, with milliseconds."""
+    return t.strftime(MS.format(ms=t.microsecond // 1000))
+
+
+def main():
+    endpoint = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FAKECLOUD_ENDPOINT", "")
+    if not endpoint:
+        print("usage: boto3_answers.py ENDPOINT (or set FAKECLOUD_ENDPOINT)", file=sys.stderr)
+        return 2
+    inst = os.environ.get("FAKECLOUD_INSTANCE_A", "i-0123456789abcdef0")
+    ec2 = boto3.session.Session(
+        aws_access_key_id="AKIAFAKECLOUDTEST000", aws_secret_access_key="fakecloud-secret-key", region_name="us-east-1"
+    ).client("ec2", endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": 3}))
+
+    vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)["VolumeId"]
+    get = lambda: ec2.describe_volumes(VolumeIds=[vol])["Volumes"][0]
+    wait("available", get, lambda v: v["State"] == "available")
+
+    ec2.create_tags(Resources=[vol], Tags=[{"Key": f"k{i}", "Value": "v"} for i in range(50)])
+    code, _ = error_of(ec2.create_tags, Resources=[vol], Tags=[{"Key": "k50", "Value": "v"}])
+    if code != "TagLimitExceeded":
+        fail(f"51st tag answered {code}, want TagLimitExceeded")
+    for name, fn, kw in [
+        ("create_tags", ec2.create_tags, {"Resources": [], "Tags": [{"Key": "a", "Value": "b"}]}),
+        ("delete_tags", ec2.delete_tags, {"Resources": []}),
+    ]:
+        code, msg = error_of(fn, **kw)
+        if code != "MissingParameter" or "resourceIdSet" not in msg:
+            fail(f"{name} without resources answered {code} {msg!r}, want MissingParameter naming resourceIdSet")
+
+    ec2.attach_volume(VolumeId=vol, InstanceId=inst, Device="/dev/xvdba")
+    wait("attached", get, lambda v: v["Attachments"] and v["Attachments"][0]["State"] == "attached")
+    v = get()
+    for name, value in [("create-time", displayed(v["CreateTime"])), ("attachment.attach-time", displayed(v["Attachments"][0]["AttachTime"]))]:
+        got = ec2.describe_volumes(Filters=[{"Name": name, "Values": [value]}])["Volumes"]
+        if [x["VolumeId"] for x in got] != [vol]:
+            fail(f"filter {name}={value} found {[x['VolumeId'] for x in got]}, want [{vol}]")
+
+    ec2.detach_volume(VolumeId=vol)
+    wait("detached", get, lambda v: v["State"] == "available")
+    ec2.delete_volume(VolumeId=vol)
+    print("[boto3-answers] PASS", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
