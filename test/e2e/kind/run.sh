@@ -23,7 +23,8 @@
 # With --single (make e2e-kind-single) it proves instead what a user's first cluster gets: kind's default cluster
 # of one node (kind-single.yaml: only the cgroup v1 kubelet patch), the images loaded, the chart installed with
 # helm install --set fakecloud.enabled=true and checked with helm test, and the time from kind create cluster to
-# a passing helm test printed.
+# a passing helm test printed; then the scenarios against that release, of which those one node can host must
+# pass and the others (two nodes in a zone, or two zones) must skip.
 #
 # Usage: test/e2e/kind/run.sh [--keep] [--skip-build] [--no-test] [--single]
 #   --keep        leave the cluster running at the end (by default it is deleted, also after a failure,
@@ -247,7 +248,7 @@ cleanup() {
 	local rc=$? left
 	set +e
 	# The scenarios' time is its own line also when they fail.
-	[[ $in_scenarios == true ]] && step_done "scenarios S0-S8 (failed)"
+	[[ $in_scenarios == true ]] && step_done "scenarios (failed)"
 	if [[ -n $pf_pid ]]; then
 		kill "$pf_pid" 2>/dev/null
 		wait "$pf_pid" 2>/dev/null
@@ -294,6 +295,77 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# forward_fakecloud port-forwards $port to fakecloud's Service (kept open until the end) and exports the
+# credentials the scenarios' cloud checks use from the Secret $1: they sign EC2 requests with the driver's key
+# and read /admin with the token.
+forward_fakecloud() {
+	local secret=$1
+	kubectl -n "$ns" port-forward service/fakecloud "$port:8787" >"$work/port-forward.log" 2>&1 &
+	pf_pid=$!
+	for _ in $(seq 1 30); do
+		curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+		sleep 1
+	done
+	curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || die "fakecloud unreachable through the port-forward ($work/port-forward.log)"
+	CLOUD_ACCESS_KEY_ID=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.key_id}' | base64 -d)
+	CLOUD_SECRET_ACCESS_KEY=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.access_key}' | base64 -d)
+	CLOUD_ADMIN_TOKEN=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
+	[[ -n $CLOUD_ACCESS_KEY_ID && -n $CLOUD_SECRET_ACCESS_KEY && -n $CLOUD_ADMIN_TOKEN ]] ||
+		die "$secret in $ns lacks key_id, access_key or admin_token"
+	export CLOUD_ACCESS_KEY_ID CLOUD_SECRET_ACCESS_KEY CLOUD_ADMIN_TOKEN
+}
+
+# require_results checks that the scenarios' log reports each scenario named once with the result $1 (PASS or
+# SKIP), and no other scenario with it.
+require_results() {
+	local result=$1 name count
+	shift
+	for name in "$@"; do
+		[[ $(grep -c -- "--- $result: TestE2E/$name " "$work/scenarios.log") == 1 ]] ||
+			die "scenario $name: not $result once (see $work/scenarios.log)"
+	done
+	count=$(grep -c -- "--- $result: TestE2E/" "$work/scenarios.log" || true)
+	((count == $#)) || die "$count scenarios reported $result, $# expected (see $work/scenarios.log)"
+}
+
+# run_scenarios runs the scenarios of test/e2e (a module of its own) against the cluster's kubeconfig, and
+# fakecloud through the port-forward for their cloud-side checks. No host checks: the kubelets run in kind's
+# containers, not on this machine. A scenario skips when the cluster cannot host it (too few nodes in a zone):
+# without a -test.run of the caller's (E2E_ARGS), each scenario TestE2E lists must be in exactly one of the
+# two lists, and must have passed, or skipped, once.
+#   run_scenarios "<scenarios that must pass>" "<scenarios that must skip>"
+run_scenarios() {
+	local -a must_pass must_skip extra listed
+	read -r -d '' -a must_pass <<<"$1" || true # the lists may span lines
+	read -r -d '' -a must_skip <<<"$2" || true
+	read -r -a extra <<<"${E2E_ARGS:-}"
+	if [[ -n $test_image ]]; then extra=("-test-image=$test_image" ${extra[@]+"${extra[@]}"}); fi
+	log "e2e scenarios against $kubeconfig"
+	in_scenarios=true
+	(cd test/e2e && go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" ./scenarios/ -run '^TestE2E$' \
+		-args -kubeconfig="$kubeconfig" -cloud-url="http://127.0.0.1:$port" ${extra[@]+"${extra[@]}"}) |
+		tee "$work/scenarios.log"
+	if [[ -z ${E2E_ARGS:-} ]]; then
+		mapfile -t listed < <(sed -n 's/^[[:space:]]*r\.scenario(t, "\([^"]*\)".*/\1/p' test/e2e/scenarios/e2e_test.go)
+		((${#listed[@]} > 0)) || die "no scenarios found in test/e2e/scenarios/e2e_test.go"
+		local name other count
+		for name in "${listed[@]}"; do
+			count=0
+			for other in ${must_pass[@]+"${must_pass[@]}"} ${must_skip[@]+"${must_skip[@]}"}; do
+				if [[ $other == "$name" ]]; then count=$((count + 1)); fi
+			done
+			((count == 1)) || die "scenario $name of e2e_test.go is $count times in the lists of what must pass or skip"
+		done
+		((${#listed[@]} == ${#must_pass[@]} + ${#must_skip[@]})) ||
+			die "the lists of what must pass or skip name scenarios TestE2E does not list"
+		require_results PASS ${must_pass[@]+"${must_pass[@]}"}
+		require_results SKIP ${must_skip[@]+"${must_skip[@]}"}
+		echo "${#must_pass[@]} scenarios passed${must_skip[*]:+, ${#must_skip[@]} skipped as expected (${must_skip[*]})}"
+	fi
+	in_scenarios=false
+	step_done "scenarios"
+}
 
 # --- 1. images and the node image --------------------------------------------------------------------------
 node_image=${KIND_NODE_IMAGE:-}
@@ -357,9 +429,12 @@ if [[ $single == true ]]; then
 			--set sidecars.nodeDriverRegistrar.image.tag=dev
 			--set sidecars.livenessProbe.image.repository=diskforge/livenessprobe --set sidecars.livenessProbe.image.tag=dev)
 	fi
-	log "helm install diskforge charts/diskforge -n $ns --create-namespace --set fakecloud.enabled=true"
+	# fakecloud serves its volumes through its own FUSE filesystem, as in the four-node run
+	# (test/e2e/localimages): the scenarios enforce IOPS (S10) and inject I/O faults (S11), which the chart's
+	# loop backend cannot (its --backend=loop is overridden by the later flag).
+	log "helm install diskforge charts/diskforge -n $ns --create-namespace --set fakecloud.enabled=true (fuse backend)"
 	"$helm" install diskforge charts/diskforge -n "$ns" --create-namespace --set fakecloud.enabled=true \
-		"${offline_images[@]}" --wait --timeout 5m
+		--set 'fakecloud.extraArgs={--backend=fuse}' "${offline_images[@]}" --wait --timeout 5m
 	kubectl get nodes -L node.diskforge.io/instance-id -L topology.kubernetes.io/zone
 	step_done "helm install"
 	if [[ $run_tests == true ]]; then
@@ -369,6 +444,13 @@ if [[ $single == true ]]; then
 		if [[ -n ${created_at:-} ]]; then
 			echo "from kind create cluster to a passing helm test: $((SECONDS - created_at))s"
 		fi
+		# The scenarios against the release: the chart's credentials Secret (cloud.credentials.secretName,
+		# installed with its default). On one node in one zone, those needing two nodes in a zone (S2, S3b on
+		# S2's volume, S8) or two zones (S6) skip.
+		forward_fakecloud secret/aws-credentials
+		run_scenarios "S0_volume_limits S1_wffc_zone_b S3_online_expansion_xfs S9_tags S4_snapshot_restore S4b_clone
+			S5_block S10_provisioned_iops S11_io_faults S7_teardown" \
+			"S2_move_within_zone S3b_offline_expansion_ext4 S6_allowed_topologies S8_volume_limit"
 	fi
 	exit 0
 fi
@@ -386,20 +468,9 @@ kubectl wait --for=condition=Established --timeout=60s \
 log "the driver and fakecloud ($overlay)"
 kubectl apply --server-side -f "$manifests"
 kubectl -n "$ns" rollout status deployment/fakecloud --timeout=3m
-kubectl -n "$ns" port-forward service/fakecloud "$port:8787" >"$work/port-forward.log" 2>&1 &
-pf_pid=$!
-for _ in $(seq 1 30); do
-	curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-	sleep 1
-done
-curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || die "fakecloud unreachable through the port-forward ($work/port-forward.log)"
-# The scenarios' cloud checks sign EC2 requests with the driver's key and read /admin with the token (the
-# credentials Secret's name carries kustomize's hash).
+# The credentials Secret's name carries kustomize's hash.
 secret=$(kubectl -n "$ns" get secrets -o name | grep -m1 '^secret/aws-credentials') || die "no aws-credentials Secret in $ns"
-CLOUD_ACCESS_KEY_ID=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.key_id}' | base64 -d)
-CLOUD_SECRET_ACCESS_KEY=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.access_key}' | base64 -d)
-CLOUD_ADMIN_TOKEN=$(kubectl -n "$ns" get "$secret" -o jsonpath='{.data.admin_token}' | base64 -d)
-export CLOUD_ACCESS_KEY_ID CLOUD_SECRET_ACCESS_KEY CLOUD_ADMIN_TOKEN
+forward_fakecloud "$secret"
 
 # --- 6. the driver -----------------------------------------------------------------------------------------
 kubectl -n kube-system rollout status deployment/snapshot-controller --timeout=5m
@@ -425,29 +496,6 @@ if [[ $run_tests == false ]]; then
 	log "ready: export KUBECONFIG=$kubeconfig"
 	exit 0
 fi
-# test/e2e is a module of its own; the scenarios take the cluster's kubeconfig, and fakecloud (through the
-# port-forward, kept open until the end) for their cloud-side checks. No host checks: the kubelets run in
-# kind's containers, not on this machine.
-extra=()
-read -r -a extra <<<"${E2E_ARGS:-}"
-if [[ -n $test_image ]]; then extra=("-test-image=$test_image" ${extra[@]+"${extra[@]}"}); fi
-log "e2e scenarios against $kubeconfig"
-in_scenarios=true
-(cd test/e2e && go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-60m}" ./scenarios/ -run '^TestE2E$' \
-	-args -kubeconfig="$kubeconfig" -cloud-url="http://127.0.0.1:$port" ${extra[@]+"${extra[@]}"}) |
-	tee "$work/scenarios.log"
-# A scenario skips when the cluster cannot host it (too few nodes in a zone): with the layout of kind-config.yaml
-# and no -test.run of the caller's, every scenario TestE2E lists must have run and passed, each once.
-if [[ -z ${E2E_ARGS:-} && $config == test/e2e/kind/kind-config.yaml ]]; then
-	mapfile -t want < <(sed -n 's/^[[:space:]]*r\.scenario(t, "\([^"]*\)".*/\1/p' test/e2e/scenarios/e2e_test.go)
-	((${#want[@]} > 0)) || die "no scenarios found in test/e2e/scenarios/e2e_test.go"
-	passed=$(grep -c -- '--- PASS: TestE2E/' "$work/scenarios.log" || true)
-	for name in "${want[@]}"; do
-		[[ $(grep -c -- "--- PASS: TestE2E/$name " "$work/scenarios.log") == 1 ]] ||
-			die "scenario $name did not pass (see $work/scenarios.log)"
-	done
-	((passed == ${#want[@]})) || die "$passed scenarios passed, TestE2E lists ${#want[@]}"
-	echo "all ${#want[@]} scenarios passed"
-fi
-in_scenarios=false
-step_done "scenarios S0-S8"
+# With the layout of kind-config.yaml every scenario TestE2E lists must pass.
+mapfile -t scenarios < <(sed -n 's/^[[:space:]]*r\.scenario(t, "\([^"]*\)".*/\1/p' test/e2e/scenarios/e2e_test.go)
+run_scenarios "${scenarios[*]}" ""
