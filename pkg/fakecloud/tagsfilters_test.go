@@ -43,6 +43,11 @@ func TestTagAnswers(t *testing.T) {
 				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeVolume, Tags: tags(51, "c")}}})
 			return err
 		}},
+		{"a tag specification with no tags", "InvalidTagKey.Malformed", "at least one tag", func() error {
+			_, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String("us-east-1a"), Size: aws.Int32(1),
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeVolume}}})
+			return err
+		}},
 		{"CreateTags without resources", "MissingParameter", "resourceIdSet", func() error {
 			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{}, Tags: tags(1, "d")})
 			return err
@@ -105,6 +110,26 @@ func TestTimeFilters(t *testing.T) {
 			}
 			if n != 1 {
 				t.Fatalf("filter %s=%s found %d records, want 1", tc.filter, tc.value, n)
+			}
+		})
+	}
+}
+
+// TestModifyVolumeDefaultIops: ModifyVolume to io1, io2 or gp3 without Iops takes EC2's documented default of
+// 3,000 IOPS instead of refusing the request.
+func TestModifyVolumeDefaultIops(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	for _, to := range []types.VolumeType{types.VolumeTypeIo1, types.VolumeTypeIo2, types.VolumeTypeGp3} {
+		t.Run(string(to), func(t *testing.T) {
+			vol := availableVolume(t, c, &ec2.CreateVolumeInput{Size: aws.Int32(100), VolumeType: types.VolumeTypeGp2})
+			out, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol, VolumeType: to})
+			if err != nil {
+				t.Fatalf("ModifyVolume to %s without Iops: %v", to, err)
+			}
+			if got := aws.ToInt32(out.VolumeModification.TargetIops); got != 3000 {
+				t.Fatalf("target IOPS %d, want 3000", got)
 			}
 		})
 	}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check through boto3 that fakecloud answers as EC2 does: tag limits, missing-parameter names, time filters.
+"""Check through boto3 that fakecloud answers as EC2 does: tag limits, missing-parameter names, time filters,
+an empty tag specification, ModifyVolume's default IOPS.
 
 Usage: python3 test/clients/boto3_answers.py [ENDPOINT]
 
@@ -82,6 +83,19 @@ def main():
     ec2.detach_volume(VolumeId=vol)
     wait("detached", get, lambda v: v["State"] == "available")
     ec2.delete_volume(VolumeId=vol)
+
+    code, msg = error_of(ec2.create_volume, AvailabilityZone="us-east-1a", Size=1,
+                         TagSpecifications=[{"ResourceType": "volume", "Tags": []}])
+    if code != "InvalidTagKey.Malformed":
+        fail(f"a tag specification with no tags answered {code} {msg!r}, want InvalidTagKey.Malformed")
+    big = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100, VolumeType="gp2")["VolumeId"]
+    wait("available", lambda: ec2.describe_volumes(VolumeIds=[big])["Volumes"][0], lambda v: v["State"] == "available")
+    mod = ec2.modify_volume(VolumeId=big, VolumeType="io2")["VolumeModification"]
+    if mod.get("TargetIops") != 3000:
+        fail(f"ModifyVolume to io2 without Iops targets {mod.get('TargetIops')} IOPS, want EC2's default 3000")
+    wait("modified", lambda: ec2.describe_volumes_modifications(VolumeIds=[big])["VolumesModifications"][0],
+         lambda m: m["ModificationState"] in ("optimizing", "completed"))
+    ec2.delete_volume(VolumeId=big)
     print("[boto3-answers] PASS", flush=True)
     return 0
 

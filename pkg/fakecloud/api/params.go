@@ -210,7 +210,12 @@ func (p *params) tagSpecs(resourceType string) []state.Tag {
 			p.fail(ec2err.InvalidValue("TagSpecification.ResourceType", rt, "The resource type must be '"+resourceType+"'."))
 			return nil
 		}
-		out = append(out, p.tags(base+".Tag")...)
+		tags := p.tags(base + ".Tag")
+		if len(tags) == 0 {
+			p.fail(ec2err.New(ec2err.CodeInvalidTagKeyMalformed, "Tag specification must have at least one tag"))
+			return nil
+		}
+		out = append(out, tags...)
 	}
 	return out
 }

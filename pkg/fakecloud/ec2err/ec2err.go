@@ -42,6 +42,7 @@ const (
 	CodeServiceUnavailable            = "Unavailable"
 	CodeInvalidVolumeNotFound         = "InvalidVolume.NotFound"
 	CodeInvalidVolumeIDMalformed      = "InvalidVolumeID.Malformed"
+	CodeInvalidTagKeyMalformed        = "InvalidTagKey.Malformed"
 	CodeInvalidVolumeZoneMismatch     = "InvalidVolume.ZoneMismatch"
 	CodeInvalidSnapshotNotFound       = "InvalidSnapshot.NotFound"
 	CodeInvalidSnapshotIDMalformed    = "InvalidSnapshotID.Malformed"

@@ -56,6 +56,9 @@ func (s *State) ModifyVolume(in ModifyInput) (Modification, error) {
 	return out, err
 }
 
+// defaultModifyIops is ModifyVolume's IOPS when it changes a volume to io1, io2 or gp3 without naming them.
+const defaultModifyIops int32 = 3000
+
 func (s *State) target(v *Volume, in ModifyInput) (*Modification, error) {
 	m := &Modification{VolumeID: v.ID, OriginalSize: v.SizeGiB, OriginalIops: v.Iops, OriginalType: v.Type,
 		OriginalThrough: v.Throughput, OriginalMulti: v.MultiAttach}
@@ -79,6 +82,10 @@ func (s *State) target(v *Volume, in ModifyInput) (*Modification, error) {
 		spec.Iops = in.Iops
 	case lim.MaxIOPS > 0 && spec.Type == v.Type && v.Iops > 0:
 		spec.Iops = &v.Iops
+	case spec.Type != v.Type && (spec.Type == "io1" || spec.Type == "io2" || spec.Type == "gp3"):
+		// EC2's documented default when the type changes to one with provisioned IOPS.
+		iops := defaultModifyIops
+		spec.Iops = &iops
 	}
 	switch {
 	case in.Throughput != nil:
