@@ -134,3 +134,65 @@ func TestModifyVolumeDefaultIops(t *testing.T) {
 		})
 	}
 }
+
+// TestDocumentedFilters: filters EC2 documents for what fakecloud models are accepted and select as EC2's do.
+func TestDocumentedFilters(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	vol := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	zones, err := c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{ZoneNames: []string{"us-east-1a"}})
+	if err != nil || len(zones.AvailabilityZones) != 1 {
+		t.Fatalf("DescribeAvailabilityZones: %v %v", zones, err)
+	}
+	zoneID := aws.ToString(zones.AvailabilityZones[0].ZoneId)
+	snap, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &vol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumes := func(name, value string) ([]string, error) {
+		out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, v := range out.Volumes {
+			ids = append(ids, aws.ToString(v.VolumeId))
+		}
+		return ids, nil
+	}
+	snapshots := func(name, value string) ([]string, error) {
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"},
+			Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, s := range out.Snapshots {
+			ids = append(ids, aws.ToString(s.SnapshotId))
+		}
+		return ids, nil
+	}
+	for _, tc := range []struct {
+		name, filter, value string
+		list                func(string, string) ([]string, error)
+		want                []string
+	}{
+		{"volume by zone ID", "availability-zone-id", zoneID, volumes, []string{vol}},
+		{"volume by another zone ID", "availability-zone-id", "use1-az999", volumes, nil},
+		{"volume not fast-restored", "fast-restored", "false", volumes, []string{vol}},
+		{"no fast-restored volume", "fast-restored", "true", volumes, nil},
+		{"no snapshot has Amazon's alias", "owner-alias", "amazon", snapshots, nil},
+		{"snapshot by its ID still", "snapshot-id", aws.ToString(snap.SnapshotId), snapshots, []string{aws.ToString(snap.SnapshotId)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.list(tc.filter, tc.value)
+			if err != nil {
+				t.Fatalf("filter %s=%s: %v", tc.filter, tc.value, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("filter %s=%s found %v, want %v", tc.filter, tc.value, got, tc.want)
+			}
+		})
+	}
+}

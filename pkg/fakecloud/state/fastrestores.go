@@ -205,7 +205,7 @@ func (s *State) DescribeFastSnapshotRestores(in DescribeInput) ([]FastSnapshotRe
 		err  error
 	)
 	s.read(func(time.Time) {
-		byName := withField(fastRestoreFields, "availability-zone-id", s.zoneIDOf)
+		byName := withField(fastRestoreFields, "availability-zone-id", func(f *FastSnapshotRestore) []string { return s.zoneIDs(f.Zone) })
 		var match func(*FastSnapshotRestore) bool
 		if match, err = byName.compile(in.Filters, func(*FastSnapshotRestore) []Tag { return nil }); err != nil {
 			return
@@ -219,9 +219,9 @@ func (s *State) DescribeFastSnapshotRestores(in DescribeInput) ([]FastSnapshotRe
 	return out, next, err
 }
 
-// zoneIDOf is a record's zone's ID, for the availability-zone-id filter.
-func (s *State) zoneIDOf(f *FastSnapshotRestore) []string {
-	if z, ok := s.cfg.zone(f.Zone); ok {
+// zoneIDs is a zone's ID, for the availability-zone-id filters.
+func (s *State) zoneIDs(zone string) []string {
+	if z, ok := s.cfg.zone(zone); ok {
 		return []string{z.ID}
 	}
 	return nil

@@ -405,6 +405,7 @@ var volumeFields = fields[Volume]{
 	"snapshot-id":          func(v *Volume) []string { return []string{v.SnapshotID} },
 	"encrypted":            func(v *Volume) []string { return []string{strconv.FormatBool(v.Encrypted)} },
 	"multi-attach-enabled": func(v *Volume) []string { return []string{strconv.FormatBool(v.MultiAttach)} },
+	"fast-restored":        func(v *Volume) []string { return []string{strconv.FormatBool(v.FastRestored)} },
 	"create-time":          func(v *Volume) []string { return timeValues(v.CreateTime) },
 	"attachment.instance-id": func(v *Volume) []string {
 		return attachmentValues(v, func(a Attachment) string { return a.InstanceID })
@@ -440,7 +441,8 @@ func (s *State) DescribeVolumes(in DescribeInput) ([]Volume, string, error) {
 	)
 	s.read(func(time.Time) {
 		var match func(*Volume) bool
-		if match, err = volumeFields.compile(in.Filters, func(v *Volume) []Tag { return v.Tags }); err != nil {
+		byName := withField(volumeFields, "availability-zone-id", func(v *Volume) []string { return s.zoneIDs(v.Zone) })
+		if match, err = byName.compile(in.Filters, func(v *Volume) []Tag { return v.Tags }); err != nil {
 			return
 		}
 		var ids []string
