@@ -97,3 +97,31 @@ func TestInstanceMetadataWiring(t *testing.T) {
 		t.Error("an overlay without fakecloud and the node plugin was taken")
 	}
 }
+
+func TestTestHookPod(t *testing.T) {
+	obj := func(kind, hook string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{}
+		o.SetKind(kind)
+		if hook != "" {
+			o.SetAnnotations(map[string]string{"helm.sh/hook": hook})
+		}
+		return o
+	}
+	tests := []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want bool
+	}{
+		{"the helm test pod", obj("Pod", "test"), true},
+		{"its ServiceAccount, still dry-run", obj("ServiceAccount", "test"), false},
+		{"a pod of another hook", obj("Pod", "pre-install"), false},
+		{"a plain pod", obj("Pod", ""), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := testHookPod(tt.obj); got != tt.want {
+				t.Fatalf("testHookPod = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
