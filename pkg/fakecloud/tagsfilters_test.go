@@ -3,6 +3,7 @@ package fakecloud_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,6 +193,95 @@ func TestDocumentedFilters(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("filter %s=%s found %v, want %v", tc.filter, tc.value, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDescribeTags: every tag of volumes, snapshots and instances, by EC2's filters with wildcards, in pages.
+func TestDescribeTags(t *testing.T) {
+	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	c := env.EC2(t)
+	ctx := context.Background()
+	tag := func(k, v string) types.Tag { return types.Tag{Key: aws.String(k), Value: aws.String(v)} }
+	volA := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	volB := availableVolume(t, c, &ec2.CreateVolumeInput{})
+	snap, err := c.CreateSnapshot(ctx, &ec2.CreateSnapshotInput{VolumeId: &volA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapID := aws.ToString(snap.SnapshotId)
+	for _, tc := range []struct {
+		id   string
+		tags []types.Tag
+	}{
+		{volA, []types.Tag{tag("team", "disks"), tag("env", "prod")}},
+		{volB, []types.Tag{tag("team", "db")}},
+		{snapID, []types.Tag{tag("team", "disks")}},
+		{fakecloudtest.InstanceA, []types.Tag{tag("Name", "node-a")}},
+	} {
+		if _, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{tc.id}, Tags: tc.tags}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := func(id, typ, k, v string) string { return id + " " + typ + " " + k + "=" + v }
+	describe := func(filters ...types.Filter) ([]string, error) {
+		var out []string
+		pages := ec2.NewDescribeTagsPaginator(c, &ec2.DescribeTagsInput{Filters: filters, MaxResults: aws.Int32(5)})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range page.Tags {
+				out = append(out, row(aws.ToString(d.ResourceId), string(d.ResourceType), aws.ToString(d.Key), aws.ToString(d.Value)))
+			}
+		}
+		return out, nil
+	}
+	f := func(name string, values ...string) types.Filter {
+		return types.Filter{Name: aws.String(name), Values: values}
+	}
+	for _, tc := range []struct {
+		name    string
+		filters []types.Filter
+		want    []string
+	}{
+		{"by key", []types.Filter{f("key", "team")}, []string{row(snapID, "snapshot", "team", "disks"), row(volA, "volume", "team", "disks"), row(volB, "volume", "team", "db")}},
+		{"by value with a wildcard", []types.Filter{f("value", "d?sk*")}, []string{row(snapID, "snapshot", "team", "disks"), row(volA, "volume", "team", "disks")}},
+		{"by resource type", []types.Filter{f("resource-type", "instance")}, []string{row(fakecloudtest.InstanceA, "instance", "Name", "node-a")}},
+		{"by resource ID, every tag of it", []types.Filter{f("resource-id", volA)}, []string{row(volA, "volume", "env", "prod"), row(volA, "volume", "team", "disks")}},
+		{"tag:KEY selects resources", []types.Filter{f("tag:env", "prod")}, []string{row(volA, "volume", "env", "prod"), row(volA, "volume", "team", "disks")}},
+		{"filters together", []types.Filter{f("key", "team"), f("resource-type", "volume")}, []string{row(volA, "volume", "team", "disks"), row(volB, "volume", "team", "db")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := describe(tc.filters...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Listed in order of resource ID, then key; the IDs are random, so the want is sorted the same way.
+			slices.Sort(tc.want)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %v\nwant %v", got, tc.want)
+			}
+		})
+	}
+	all, err := describe()
+	if err != nil || len(all) != 5 {
+		t.Fatalf("all tags over pages of 5: %v %v, want 5", all, err)
+	}
+	for _, tc := range []struct {
+		name string
+		in   *ec2.DescribeTagsInput
+		code string
+	}{
+		{"an unknown filter", &ec2.DescribeTagsInput{Filters: []types.Filter{f("colour", "red")}}, "InvalidParameterValue"},
+		{"a page below 5", &ec2.DescribeTagsInput{MaxResults: aws.Int32(4)}, "InvalidParameterValue"},
+		{"a bad token", &ec2.DescribeTagsInput{NextToken: aws.String("!!")}, "InvalidPaginationToken"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := c.DescribeTags(ctx, tc.in); codeOf(err) != tc.code {
+				t.Fatalf("got %q (%v), want %s", codeOf(err), err, tc.code)
 			}
 		})
 	}

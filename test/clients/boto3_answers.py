@@ -61,6 +61,14 @@ def main():
     wait("available", get, lambda v: v["State"] == "available")
 
     ec2.create_tags(Resources=[vol], Tags=[{"Key": f"k{i}", "Value": "v"} for i in range(50)])
+    described = [t for page in ec2.get_paginator("describe_tags").paginate(
+        Filters=[{"Name": "resource-id", "Values": [vol]}], PaginationConfig={"PageSize": 7}) for t in page["Tags"]]
+    if sorted(t["Key"] for t in described) != sorted(f"k{i}" for i in range(50)) or any(
+            t["ResourceType"] != "volume" or t["Value"] != "v" for t in described):
+        fail(f"describe_tags of {vol} in pages of 7 listed {len(described)} tags, want its 50")
+    got = ec2.describe_tags(Filters=[{"Name": "key", "Values": ["k4?"]}, {"Name": "resource-type", "Values": ["volume"]}])["Tags"]
+    if sorted(t["Key"] for t in got) != [f"k4{i}" for i in range(10)]:
+        fail(f"describe_tags key=k4? listed {[t['Key'] for t in got]}")
     code, _ = error_of(ec2.create_tags, Resources=[vol], Tags=[{"Key": "k50", "Value": "v"}])
     if code != "TagLimitExceeded":
         fail(f"51st tag answered {code}, want TagLimitExceeded")

@@ -98,6 +98,7 @@ func New(opts Options) *Handler {
 		"DescribeVolumeStatus":         h.describeVolumeStatus,
 		"CreateTags":                   h.createTags,
 		"DeleteTags":                   h.deleteTags,
+		"DescribeTags":                 h.describeTags,
 		"DescribeInstances":            h.describeInstances,
 		"StartInstances":               h.startInstances,
 		"StopInstances":                h.stopInstances,

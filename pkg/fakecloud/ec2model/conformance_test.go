@@ -98,6 +98,12 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 		_, err := pages.NextPage(ctx)
 		must("DescribeVolumes pages", err)
 	}
+	tagPages := ec2.NewDescribeTagsPaginator(c, &ec2.DescribeTagsInput{MaxResults: aws.Int32(5),
+		Filters: []types.Filter{{Name: aws.String("resource-type"), Values: []string{"volume"}}}})
+	for tagPages.HasMorePages() {
+		_, err := tagPages.NextPage(ctx)
+		must("DescribeTags pages", err)
+	}
 	_, err = c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{vol}, Tags: []types.Tag{{Key: aws.String("team")}}})
 	must("DeleteTags", err)
 
