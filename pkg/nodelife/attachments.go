@@ -4,7 +4,6 @@ import (
 	"context"
 
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,13 +29,7 @@ func NewAttachments(client kubernetes.Interface, driver, node string) *Attachmen
 		}
 		return []string{va.Spec.Attacher + "/" + va.Spec.NodeName}, nil
 	}})
-	// Managed fields are most of an attachment's size and nothing here reads them.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	_ = inf.SetTransform(withoutManagedFields[storagev1.VolumeAttachment])
 	return &Attachments{driver: driver, node: node, informer: inf}
 }
 

@@ -100,13 +100,7 @@ func (s *StartupTaint) Keep(ctx context.Context) error {
 	inf := coreinformers.NewFilteredNodeInformer(s.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
 	})
-	// Managed fields are most of a Node's size and nothing here reads them.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	_ = inf.SetTransform(withoutManagedFields[corev1.Node])
 	changed := make(chan struct{}, 1)
 	notify := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok && n.Name == s.NodeName && hasTaint(n, s.Key) {
