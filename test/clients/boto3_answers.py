@@ -69,6 +69,17 @@ def main():
     got = ec2.describe_tags(Filters=[{"Name": "key", "Values": ["k4?"]}, {"Name": "resource-type", "Values": ["volume"]}])["Tags"]
     if sorted(t["Key"] for t in got) != [f"k4{i}" for i in range(10)]:
         fail(f"describe_tags key=k4? listed {[t['Key'] for t in got]}")
+    auto = lambda: ec2.describe_volume_attribute(VolumeId=vol, Attribute="autoEnableIO")["AutoEnableIO"]["Value"]
+    if auto():
+        fail(f"a new volume {vol} has autoEnableIO on")
+    ec2.modify_volume_attribute(VolumeId=vol, AutoEnableIO={"Value": True})
+    if not auto():
+        fail(f"modify_volume_attribute left autoEnableIO of {vol} off")
+    if ec2.describe_volume_attribute(VolumeId=vol, Attribute="productCodes").get("ProductCodes", []) != []:
+        fail("a volume has product codes")
+    code, _ = error_of(ec2.modify_volume_attribute, VolumeId=vol)
+    if code != "MissingParameter":
+        fail(f"modify_volume_attribute with no attribute answered {code}, want MissingParameter")
     code, _ = error_of(ec2.create_tags, Resources=[vol], Tags=[{"Key": "k50", "Value": "v"}])
     if code != "TagLimitExceeded":
         fail(f"51st tag answered {code}, want TagLimitExceeded")

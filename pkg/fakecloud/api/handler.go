@@ -89,6 +89,8 @@ func New(opts Options) *Handler {
 		"DetachVolume":                 h.detachVolume,
 		"ModifyVolume":                 h.modifyVolume,
 		"DescribeVolumesModifications": h.describeVolumesModifications,
+		"DescribeVolumeAttribute":      h.describeVolumeAttribute,
+		"ModifyVolumeAttribute":        h.modifyVolumeAttribute,
 		"CreateSnapshot":               h.createSnapshot,
 		"DeleteSnapshot":               h.deleteSnapshot,
 		"DescribeSnapshots":            h.describeSnapshots,

@@ -106,6 +106,12 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 	}
 	_, err = c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{vol}, Tags: []types.Tag{{Key: aws.String("team")}}})
 	must("DeleteTags", err)
+	_, err = c.ModifyVolumeAttribute(ctx, &ec2.ModifyVolumeAttributeInput{VolumeId: aws.String(vol), AutoEnableIO: &types.AttributeBooleanValue{Value: aws.Bool(true)}})
+	must("ModifyVolumeAttribute", err)
+	for _, attr := range []types.VolumeAttributeName{types.VolumeAttributeNameAutoEnableIO, types.VolumeAttributeNameProductCodes} {
+		_, err = c.DescribeVolumeAttribute(ctx, &ec2.DescribeVolumeAttributeInput{VolumeId: aws.String(vol), Attribute: attr})
+		must("DescribeVolumeAttribute "+string(attr), err)
+	}
 
 	_, err = c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: aws.String(vol), InstanceId: aws.String(inst), Device: aws.String("/dev/xvdba")})
 	must("AttachVolume", err)

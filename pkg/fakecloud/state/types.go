@@ -98,6 +98,8 @@ type Volume struct {
 	FastRestored bool `json:"fastRestored,omitempty"`
 	// SourceGiB is the size of the snapshot restored or the volume copied: what initialization fetches.
 	SourceGiB int32 `json:"sourceGiB,omitempty"`
+	// AutoEnableIO is the volume's autoEnableIO attribute (ModifyVolumeAttribute).
+	AutoEnableIO bool `json:"autoEnableIO,omitempty"`
 }
 
 // Attachment binds a volume to an instance under a device name.
