@@ -2,6 +2,7 @@ package fakecloud_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +23,22 @@ func tierStatus(t *testing.T, c *ec2.Client, id string) types.SnapshotTierStatus
 		t.Fatalf("DescribeSnapshotTierStatus %s: %+v %v", id, out, err)
 	}
 	return out.SnapshotTierStatuses[0]
+}
+
+// inTier checks that DescribeSnapshots' storage-tier filter finds the snapshot in tier and not in the other.
+func inTier(t *testing.T, c *ec2.Client, tier types.StorageTier, id string) {
+	t.Helper()
+	for _, asked := range []types.StorageTier{types.StorageTierArchive, types.StorageTierStandard} {
+		out, err := c.DescribeSnapshots(context.Background(), &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"},
+			Filters: []types.Filter{{Name: aws.String("storage-tier"), Values: []string{string(asked)}}}})
+		if err != nil {
+			t.Fatalf("DescribeSnapshots storage-tier=%s: %v", asked, err)
+		}
+		found := slices.ContainsFunc(out.Snapshots, func(sn types.Snapshot) bool { return aws.ToString(sn.SnapshotId) == id })
+		if found != (asked == tier) {
+			t.Errorf("storage-tier=%s finds %s: %v, but it is in %s", asked, id, found, tier)
+		}
+	}
 }
 
 // TestSnapshotTiers: ModifySnapshotTier archives a completed snapshot (archival-in-progress for the snapshot
@@ -87,6 +104,7 @@ func TestSnapshotTiers(t *testing.T) {
 	if st := tierStatus(t, c, id); st.StorageTier != types.StorageTierStandard || st.LastTieringOperationStatus != types.TieringOperationStatusArchivalInProgress {
 		t.Errorf("archiving: %+v", st)
 	}
+	inTier(t, c, types.StorageTierStandard, id)
 	if _, err := c.ModifySnapshotTier(ctx, &ec2.ModifySnapshotTierInput{SnapshotId: &id}); codeOf(err) != "IncorrectState" {
 		t.Errorf("archive while archiving: %v", err)
 	}
@@ -101,6 +119,7 @@ func TestSnapshotTiers(t *testing.T) {
 	if err != nil || snaps.Snapshots[0].StorageTier != types.StorageTierArchive {
 		t.Errorf("DescribeSnapshots storageTier: %+v %v", snaps, err)
 	}
+	inTier(t, c, types.StorageTierArchive, id)
 	if _, err := c.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA), SnapshotId: &id}); codeOf(err) != "IncorrectState" {
 		t.Errorf("volume from an archived snapshot: %v", err)
 	}
@@ -130,11 +149,13 @@ func TestSnapshotTiers(t *testing.T) {
 	if err != nil || snaps.Snapshots[0].StorageTier != types.StorageTierStandard || !aws.ToTime(snaps.Snapshots[0].RestoreExpiryTime).Equal(clock.Now().Add(48*time.Hour)) {
 		t.Errorf("temporarily restored: %+v %v", snaps.Snapshots, err)
 	}
+	inTier(t, c, types.StorageTierStandard, id)
 	availableVolume(t, c, &ec2.CreateVolumeInput{SnapshotId: &id})
 	clock.Advance(49 * time.Hour)
 	if st := tierStatus(t, c, id); st.StorageTier != types.StorageTierArchive {
 		t.Errorf("temporary restore past its expiry: %+v", st)
 	}
+	inTier(t, c, types.StorageTierArchive, id)
 	if _, err := c.RestoreSnapshotTier(ctx, &ec2.RestoreSnapshotTierInput{SnapshotId: &id, PermanentRestore: aws.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}

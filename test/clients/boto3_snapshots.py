@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Drive fakecloud's snapshot actions through boto3: CopySnapshot, snapshot sharing, EBS encryption by default
-and the default KMS key, CreateSnapshots of an instance's volumes, and snapshot locks.
+and the default KMS key, CreateSnapshots of an instance's volumes, snapshot storage tiers and snapshot locks.
 
 Usage: python3 test/clients/boto3_snapshots.py [ENDPOINT]
 
@@ -116,6 +116,23 @@ def main():
         eq(f"tags of the snapshot of {s['VolumeId']}", tags, want)
     excl = ec2.create_snapshots(InstanceSpecification={"InstanceId": inst_a, "ExcludeDataVolumeIds": [second]})["Snapshots"]
     eq("with an exclusion", [s["VolumeId"] for s in excl], [vol])
+
+    step("snapshot storage tiers")
+    cold = completed_snapshot(ec2, vol)
+    tier_of = lambda: ec2.describe_snapshot_tier_status(Filters=[{"Name": "snapshot-id", "Values": [cold]}])["SnapshotTierStatuses"][0]
+    in_tier = lambda tier: [x["SnapshotId"] for x in ec2.describe_snapshots(
+        OwnerIds=["self"], Filters=[{"Name": "storage-tier", "Values": [tier]}])["Snapshots"] if x["SnapshotId"] == cold]
+    expect_error("IncorrectState", ec2.restore_snapshot_tier, SnapshotId=cold, PermanentRestore=True)
+    ec2.modify_snapshot_tier(SnapshotId=cold, StorageTier="archive")
+    lc.poll("archival", tier_of, lambda st: st["StorageTier"] == "archive")
+    eq("archived snapshot's tier", snapshot(ec2, cold)["StorageTier"], "archive")
+    eq("storage-tier=archive", in_tier("archive"), [cold])
+    expect_error("IncorrectState", ec2.create_volume, AvailabilityZone="us-east-1a", SnapshotId=cold)
+    restored = ec2.restore_snapshot_tier(SnapshotId=cold, TemporaryRestoreDays=1)
+    eq("temporary restore", (restored["RestoreDuration"], restored["IsPermanentRestore"]), (1, False))
+    check("RestoreExpiryTime" in snapshot(ec2, cold), "a temporarily restored snapshot shows no restoreExpiryTime")
+    eq("storage-tier=standard after the restore", in_tier("standard"), [cold])
+    new_volume(ec2, SnapshotId=cold)
 
     step("lock_snapshot")
     expect_error("InvalidParameterCombination", ec2.lock_snapshot, SnapshotId=copy, LockMode="governance", LockDuration=1, CoolOffPeriod=1)

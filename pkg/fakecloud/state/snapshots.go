@@ -217,6 +217,8 @@ var snapshotFields = fields[Snapshot]{
 	// Only snapshots of Amazon's own accounts (amazon, aws-backup, ...) have an owner alias; fakecloud holds
 	// none, so the filter matches nothing.
 	"owner-alias": func(*Snapshot) []string { return nil },
+	// A view's tier (the stored record has none: it follows from the tiering and the time).
+	"storage-tier": func(sn *Snapshot) []string { return []string{sn.StorageTier} },
 }
 
 // DescribeSnapshots lists snapshots by ID, owner or filter, a page at a time.
@@ -244,7 +246,15 @@ func (s *State) DescribeSnapshots(in DescribeSnapshotsInput) ([]Snapshot, string
 			return slices.Contains(in.OwnerIDs, "self") || slices.Contains(in.OwnerIDs, sn.OwnerID)
 		}
 		var ids []string
-		if ids, next, err = s.listSnapshots(in.DescribeInput, func(sn *Snapshot) bool { return owned(sn) && match(sn) }); err != nil {
+		keep := func(sn *Snapshot) bool {
+			if !owned(sn) {
+				return false
+			}
+			tiered := *sn
+			tiered.StorageTier, _, _ = sn.Tiering.at(now)
+			return match(&tiered)
+		}
+		if ids, next, err = s.listSnapshots(in.DescribeInput, keep); err != nil {
 			return
 		}
 		for _, id := range ids {
