@@ -174,6 +174,31 @@ func TestDocumentedFilters(t *testing.T) {
 		}
 		return ids, nil
 	}
+	if _, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol, Size: aws.Int32(20)}); err != nil {
+		t.Fatal(err)
+	}
+	modified := func(name, value string) ([]string, error) {
+		out, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, m := range out.VolumesModifications {
+			ids = append(ids, aws.ToString(m.VolumeId))
+		}
+		return ids, nil
+	}
+	zoneNames := func(name, value string) ([]string, error) {
+		out, err := c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, z := range out.AvailabilityZones {
+			names = append(names, aws.ToString(z.ZoneName))
+		}
+		return names, nil
+	}
 	for _, tc := range []struct {
 		name, filter, value string
 		list                func(string, string) ([]string, error)
@@ -184,6 +209,15 @@ func TestDocumentedFilters(t *testing.T) {
 		{"volume not fast-restored", "fast-restored", "false", volumes, []string{vol}},
 		{"no fast-restored volume", "fast-restored", "true", volumes, nil},
 		{"no snapshot has Amazon's alias", "owner-alias", "amazon", snapshots, nil},
+		{"volume managed by no operator", "operator.managed", "false", volumes, []string{vol}},
+		{"no volume managed by an operator", "operator.managed", "true", volumes, nil},
+		{"snapshot by standard transfer", "transfer-type", "standard", snapshots, []string{aws.ToString(snap.SnapshotId)}},
+		{"no time-based snapshot", "transfer-type", "time-based", snapshots, nil},
+		{"modification keeping multi-attach off", "targetMultiAttachEnabled", "false", modified, []string{vol}},
+		{"no modification from multi-attach", "originalMultiAttachEnabled", "true", modified, nil},
+		{"zone needing no opt-in", "opt-in-status", "opt-in-not-required", zoneNames, []string{"us-east-1a", "us-east-1b", "us-east-1c"}},
+		{"zone by its group", "group-name", "us-east-1-zg-1", zoneNames, []string{"us-east-1a", "us-east-1b", "us-east-1c"}},
+		{"no zone has a parent", "parent-zone-name", "us-east-1a", zoneNames, nil},
 		{"snapshot by its ID still", "snapshot-id", aws.ToString(snap.SnapshotId), snapshots, []string{aws.ToString(snap.SnapshotId)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -114,6 +114,18 @@ def main():
         fail(f"ModifyVolume to io2 without Iops targets {mod.get('TargetIops')} IOPS, want EC2's default 3000")
     wait("modified", lambda: ec2.describe_volumes_modifications(VolumeIds=[big])["VolumesModifications"][0],
          lambda m: m["ModificationState"] in ("optimizing", "completed"))
+    # Filters EC2 documents beyond the common ones: each selects the volume, its modification or its zone.
+    zone_id = ec2.describe_availability_zones(ZoneNames=["us-east-1a"])["AvailabilityZones"][0]["ZoneId"]
+    for what, list_ids, name, value, want in [
+        ("volumes", lambda f: [x["VolumeId"] for x in ec2.describe_volumes(Filters=f)["Volumes"]], "availability-zone-id", zone_id, big),
+        ("volumes", lambda f: [x["VolumeId"] for x in ec2.describe_volumes(Filters=f)["Volumes"]], "operator.managed", "false", big),
+        ("modifications", lambda f: [x["VolumeId"] for x in ec2.describe_volumes_modifications(Filters=f)["VolumesModifications"]],
+         "targetMultiAttachEnabled", "false", big),
+        ("zones", lambda f: [x["ZoneName"] for x in ec2.describe_availability_zones(Filters=f)["AvailabilityZones"]],
+         "opt-in-status", "opt-in-not-required", "us-east-1a"),
+    ]:
+        if want not in list_ids([{"Name": name, "Values": [value]}]):
+            fail(f"{what} filter {name}={value} did not find {want}")
     ec2.delete_volume(VolumeId=big)
     print("[boto3-answers] PASS", flush=True)
     return 0

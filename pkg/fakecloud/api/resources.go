@@ -201,8 +201,8 @@ func (h *Handler) describeAvailabilityZones(p *params) (response, error) {
 	region := h.state.Region()
 	out := &describeZonesResponse{Zones: make([]zoneXML, len(zones))}
 	for i, z := range zones {
-		out.Zones[i] = zoneXML{ZoneName: z.Name, ZoneID: z.ID, ZoneState: "available", RegionName: region, ZoneType: "availability-zone",
-			GroupName: region + "-zg-1", NetworkBorderGroup: region, OptInStatus: "opt-in-not-required"}
+		out.Zones[i] = zoneXML{ZoneName: z.Name, ZoneID: z.ID, ZoneState: state.ZoneState, RegionName: region, ZoneType: state.ZoneType,
+			GroupName: h.state.ZoneGroup(), NetworkBorderGroup: region, OptInStatus: state.ZoneOptInStatus}
 	}
 	return out, nil
 }

@@ -23,9 +23,11 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 )
 
@@ -49,6 +51,8 @@ type shapeRef struct {
 	Shape        string `json:"shape"`
 	LocationName string `json:"locationName"`
 	QueryName    string `json:"queryName"`
+	// Documentation is the member's HTML doc: for a Filters member, the list of filter names.
+	Documentation string `json:"documentation"`
 }
 
 type shape struct {
@@ -126,6 +130,28 @@ func Load(path string) (*Model, error) {
 func (m *Model) HasOperation(action string) bool {
 	_, ok := m.operations[action]
 	return ok
+}
+
+// filterName is a filter's name as the model's docs list it: <li><p><code>NAME</code>.
+var filterName = regexp.MustCompile(`<li>\s*<p>\s*<code>([^<]+)</code>`)
+
+// FilterNames lists the filters the model's docs give for an action's Filters member, in their order; none
+// when the action has no such member. A name with a placeholder (tag:<key>) is listed as the docs write it.
+func (m *Model) FilterNames(action string) []string {
+	op, ok := m.operations[action]
+	if !ok || op.Input == nil {
+		return nil
+	}
+	var out []string
+	for name, ref := range m.shapes[op.Input.Shape].Members {
+		if name != "Filters" && name != "Filter" {
+			continue
+		}
+		for _, match := range filterName.FindAllStringSubmatch(ref.Documentation, -1) {
+			out = append(out, html.UnescapeString(match[1]))
+		}
+	}
+	return out
 }
 
 // Operations lists the model's actions, sorted.

@@ -214,16 +214,35 @@ type ZoneFilter struct {
 	Filters []Filter
 }
 
+// What every fakecloud zone is: an availability zone of the region (no Local or Wavelength Zones, which have
+// parents, messages and opt-in), available.
+const (
+	ZoneState       = "available"
+	ZoneType        = "availability-zone"
+	ZoneOptInStatus = "opt-in-not-required"
+)
+
 var zoneFields = fields[Zone]{
-	"zone-name": func(z *Zone) []string { return []string{z.Name} },
-	"zone-id":   func(z *Zone) []string { return []string{z.ID} },
-	"state":     func(*Zone) []string { return []string{"available"} },
-	"zone-type": func(*Zone) []string { return []string{"availability-zone"} },
+	"zone-name":      func(z *Zone) []string { return []string{z.Name} },
+	"zone-id":        func(z *Zone) []string { return []string{z.ID} },
+	"state":          func(*Zone) []string { return []string{ZoneState} },
+	"zone-type":      func(*Zone) []string { return []string{ZoneType} },
+	"opt-in-status":  func(*Zone) []string { return []string{ZoneOptInStatus} },
+	"message":        func(*Zone) []string { return nil },
+	"parent-zone-id": func(*Zone) []string { return nil },
+	// The name too: an availability zone has no parent.
+	"parent-zone-name": func(*Zone) []string { return nil },
 }
+
+// ZoneGroup is the zone group of the region's availability zones, as EC2 names it.
+func (s *State) ZoneGroup() string { return s.cfg.Region + "-zg-1" }
 
 // DescribeAvailabilityZones lists the region's zones.
 func (s *State) DescribeAvailabilityZones(in ZoneFilter) ([]Zone, error) {
-	regionFields := fields[Zone]{"region-name": func(*Zone) []string { return []string{s.cfg.Region} }}
+	regionFields := fields[Zone]{
+		"region-name": func(*Zone) []string { return []string{s.cfg.Region} },
+		"group-name":  func(*Zone) []string { return []string{s.ZoneGroup()} },
+	}
 	for k, f := range zoneFields {
 		regionFields[k] = f
 	}

@@ -151,15 +151,18 @@ func progress(start, end, now time.Time) int64 {
 }
 
 var modificationFields = fields[Modification]{
-	"volume-id":                   func(m *Modification) []string { return []string{m.VolumeID} },
-	"modification-state":          func(m *Modification) []string { return []string{m.State} },
-	"target-size":                 func(m *Modification) []string { return []string{strconv.Itoa(int(m.TargetSize))} },
-	"target-iops":                 func(m *Modification) []string { return []string{strconv.Itoa(int(m.TargetIops))} },
-	"target-volume-type":          func(m *Modification) []string { return []string{m.TargetType} },
-	"original-size":               func(m *Modification) []string { return []string{strconv.Itoa(int(m.OriginalSize))} },
-	"original-iops":               func(m *Modification) []string { return []string{strconv.Itoa(int(m.OriginalIops))} },
-	"original-volume-type":        func(m *Modification) []string { return []string{m.OriginalType} },
-	"target-multi-attach-enabled": func(m *Modification) []string { return []string{strconv.FormatBool(m.TargetMulti)} },
+	"volume-id":            func(m *Modification) []string { return []string{m.VolumeID} },
+	"modification-state":   func(m *Modification) []string { return []string{m.State} },
+	"target-size":          func(m *Modification) []string { return []string{strconv.Itoa(int(m.TargetSize))} },
+	"target-iops":          func(m *Modification) []string { return []string{strconv.Itoa(int(m.TargetIops))} },
+	"target-volume-type":   func(m *Modification) []string { return []string{m.TargetType} },
+	"original-size":        func(m *Modification) []string { return []string{strconv.Itoa(int(m.OriginalSize))} },
+	"original-iops":        func(m *Modification) []string { return []string{strconv.Itoa(int(m.OriginalIops))} },
+	"original-volume-type": func(m *Modification) []string { return []string{m.OriginalType} },
+	"start-time":           func(m *Modification) []string { return timeValues(m.StartTime) },
+	// EC2 spells these two in camel case, unlike its other filter names.
+	"originalMultiAttachEnabled": func(m *Modification) []string { return []string{strconv.FormatBool(m.OriginalMulti)} },
+	"targetMultiAttachEnabled":   func(m *Modification) []string { return []string{strconv.FormatBool(m.TargetMulti)} },
 }
 
 // DescribeVolumesModifications lists the latest modification of volumes.

@@ -217,6 +217,8 @@ var snapshotFields = fields[Snapshot]{
 	// Only snapshots of Amazon's own accounts (amazon, aws-backup, ...) have an owner alias; fakecloud holds
 	// none, so the filter matches nothing.
 	"owner-alias": func(*Snapshot) []string { return nil },
+	// Every fakecloud snapshot and copy is made at once, by standard transfer; none is time-based.
+	"transfer-type": func(*Snapshot) []string { return []string{"standard"} },
 	// A view's tier (the stored record has none: it follows from the tiering and the time).
 	"storage-tier": func(sn *Snapshot) []string { return []string{sn.StorageTier} },
 }

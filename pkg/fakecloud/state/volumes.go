@@ -407,6 +407,9 @@ var volumeFields = fields[Volume]{
 	"multi-attach-enabled": func(v *Volume) []string { return []string{strconv.FormatBool(v.MultiAttach)} },
 	"fast-restored":        func(v *Volume) []string { return []string{strconv.FormatBool(v.FastRestored)} },
 	"create-time":          func(v *Volume) []string { return timeValues(v.CreateTime) },
+	// No service manages a fakecloud volume for its owner (EC2's managed resources): none has an operator.
+	"operator.managed":   func(*Volume) []string { return []string{"false"} },
+	"operator.principal": func(*Volume) []string { return nil },
 	"attachment.instance-id": func(v *Volume) []string {
 		return attachmentValues(v, func(a Attachment) string { return a.InstanceID })
 	},
