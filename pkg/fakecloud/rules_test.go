@@ -29,7 +29,7 @@ func TestCreateVolumeValidation(t *testing.T) {
 		code     string
 		contains string
 	}{
-		{"no size or snapshot", ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA)}, "MissingParameter", "size"},
+		{"no size or snapshot", ec2.CreateVolumeInput{AvailabilityZone: aws.String(zoneA)}, "MissingParameter", "The request must contain the parameter size/snapshot"},
 		{"no zone", ec2.CreateVolumeInput{Size: aws.Int32(1)}, "MissingParameter", "AvailabilityZone"},
 		{"unknown zone", ec2.CreateVolumeInput{Size: aws.Int32(1), AvailabilityZone: aws.String("us-west-2a")}, "InvalidZone.NotFound", "The zone 'us-west-2a' does not exist."},
 		{"zone and zone id", ec2.CreateVolumeInput{Size: aws.Int32(1), AvailabilityZone: aws.String(zoneA), AvailabilityZoneId: aws.String("use1-az1")}, "InvalidParameterCombination", ""},
@@ -38,7 +38,7 @@ func TestCreateVolumeValidation(t *testing.T) {
 		{"gp2 too large", ec2.CreateVolumeInput{Size: aws.Int32(16385), AvailabilityZone: aws.String(zoneA)}, "InvalidParameterValue", "maximum is 16384GiB"},
 		{"st1 too small", ec2.CreateVolumeInput{Size: aws.Int32(100), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeSt1}, "InvalidParameterValue", "at least 125 GiB"},
 		{"gp2 with iops", ec2.CreateVolumeInput{Size: aws.Int32(10), AvailabilityZone: aws.String(zoneA), Iops: aws.Int32(300)}, "InvalidParameterCombination", "iops"},
-		{"io2 without iops", ec2.CreateVolumeInput{Size: aws.Int32(10), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeIo2}, "MissingParameter", "iops"},
+		{"io2 without iops", ec2.CreateVolumeInput{Size: aws.Int32(10), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeIo2}, "InvalidParameterCombination", "The parameter iops must be specified for io2 volumes."},
 		{"io1 iops max", ec2.CreateVolumeInput{Size: aws.Int32(2000), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeIo1, Iops: aws.Int32(math.MaxInt32)}, "InvalidParameterValue", "maximum is 64000"},
 		{"gp3 iops max", ec2.CreateVolumeInput{Size: aws.Int32(2000), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeGp3, Iops: aws.Int32(200000)}, "InvalidParameterValue", "Volume iops of 200000 is too high; maximum is 80000"},
 		{"io2 iops max", ec2.CreateVolumeInput{Size: aws.Int32(2000), AvailabilityZone: aws.String(zoneA), VolumeType: types.VolumeTypeIo2, Iops: aws.Int32(math.MaxInt32)}, "InvalidParameterValue", "maximum is 256000"},

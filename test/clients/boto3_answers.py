@@ -103,6 +103,13 @@ def main():
     wait("detached", get, lambda v: v["State"] == "available")
     ec2.delete_volume(VolumeId=vol)
 
+    for kw, want in [
+        ({}, ("MissingParameter", "The request must contain the parameter size/snapshot")),
+        ({"Size": 10, "VolumeType": "io1"}, ("InvalidParameterCombination", "The parameter iops must be specified for io1 volumes.")),
+    ]:
+        got = error_of(ec2.create_volume, AvailabilityZone="us-east-1a", **kw)
+        if got != want:
+            fail(f"create_volume {kw} answered {got}, want EC2's {want}")
     code, msg = error_of(ec2.create_volume, AvailabilityZone="us-east-1a", Size=1,
                          TagSpecifications=[{"ResourceType": "volume", "Tags": []}])
     if code != "InvalidTagKey.Malformed":

@@ -57,7 +57,8 @@ func (spec volumeSpec) settleIops(lim volumetypes.Limits) (int32, error) {
 	}
 	if spec.Iops == nil {
 		if lim.IOPSRequired {
-			return 0, ec2err.Missing("iops")
+			// EC2's answer, as users report it (io1 and io2 alike).
+			return 0, ec2err.New(ec2err.CodeInvalidParameterCombination, "The parameter iops must be specified for %s volumes.", spec.Type)
 		}
 		return lim.DefaultIOPS, nil
 	}

@@ -245,7 +245,8 @@ func (s *State) applySource(v *Volume, in CreateVolumeInput) error {
 	}
 	if in.SnapshotID == "" {
 		if in.SizeGiB == nil {
-			return ec2err.Missing("size")
+			// EC2 names the two parameters of which one is needed so.
+			return ec2err.Missing("size/snapshot")
 		}
 		v.SizeGiB = *in.SizeGiB
 		return nil
