@@ -159,7 +159,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			cloneSource.ID, cloneSource.SizeGiB, opts.SizeGiB)
 	}
 	if params.iopsPerGB != 0 {
-		opts.IOPS = params.iopsPerGB * opts.SizeGiB
+		if opts.IOPS, err = iopsPerGB(opts.VolumeType, opts.SizeGiB, params.iopsPerGB, params.allowIOPSIncrease); err != nil {
+			return nil, rpcError(err)
+		}
 	}
 
 	release, err := c.inFlight.hold(ctx, "volume name", name)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/common/expfmt"
@@ -534,5 +535,47 @@ func TestControllerClone(t *testing.T) {
 	out, err := env.EC2(t).DescribeVolumes(ctx, &ec2.DescribeVolumesInput{})
 	if err != nil || len(out.Volumes) != 3 {
 		t.Errorf("%d volumes (%v), want the source and two clones", len(out.Volumes), err)
+	}
+}
+
+// TestControllerIOPSPerGB: iopsPerGB as the EBS driver applies it, seen on the disk fakecloud made; a class
+// naming no type makes gp3.
+func TestControllerIOPSPerGB(t *testing.T) {
+	c, env := newTestController(t)
+	ec2c := env.EC2(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		params   map[string]string
+		sizeGiB  int64
+		wantType string
+		wantIOPS int32
+		code     codes.Code
+	}{
+		{name: "no type: gp3", sizeGiB: 10, wantType: "gp3", wantIOPS: 3000},
+		{name: "capped at io1's 50 per GiB", params: map[string]string{"type": "io1", "iopsPerGB": "80"}, sizeGiB: 100, wantType: "io1", wantIOPS: 5000},
+		{name: "raised to gp3's minimum", params: map[string]string{"iopsPerGB": "10", "allowAutoIOPSPerGBIncrease": "true"}, sizeGiB: 100,
+			wantType: "gp3", wantIOPS: 3000},
+		{name: "below gp3's minimum", params: map[string]string{"iopsPerGB": "10"}, sizeGiB: 100, code: codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + strings.ReplaceAll(tc.name, " ", "-"),
+				VolumeCapabilities: []*csi.VolumeCapability{mountRWO}, Parameters: tc.params,
+				CapacityRange: &csi.CapacityRange{RequiredBytes: tc.sizeGiB * gib}})
+			if status.Code(err) != tc.code {
+				t.Fatalf("err = %v, want %s", err, tc.code)
+			}
+			if tc.code != codes.OK {
+				return
+			}
+			out, err := ec2c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{resp.GetVolume().GetVolumeId()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := out.Volumes[0]
+			if string(v.VolumeType) != tc.wantType || aws.ToInt32(v.Iops) != tc.wantIOPS {
+				t.Errorf("disk %s with %d IOPS, want %s with %d", v.VolumeType, aws.ToInt32(v.Iops), tc.wantType, tc.wantIOPS)
+			}
+		})
 	}
 }

@@ -14,13 +14,15 @@ import (
 // StorageClass (CreateVolume) parameter keys. The driver's own keys match case-insensitively, as the EBS
 // driver's do; the csi.storage.k8s.io ones are set by sidecars and match exactly.
 const (
-	ParamType          = "type"
-	ParamIOPS          = "iops"
-	ParamIOPSPerGB     = "iopspergb"
-	ParamThroughput    = "throughput"
-	ParamEncrypted     = "encrypted"
-	ParamKMSKeyID      = "kmskeyid"
-	ParamTagSpecPrefix = "tagspecification_"
+	ParamType      = "type"
+	ParamIOPS      = "iops"
+	ParamIOPSPerGB = "iopspergb"
+	// ParamAllowAutoIOPSPerGBIncrease raises iopsPerGB × size to the type's minimum instead of refusing it.
+	ParamAllowAutoIOPSPerGBIncrease = "allowautoiopspergbincrease"
+	ParamThroughput                 = "throughput"
+	ParamEncrypted                  = "encrypted"
+	ParamKMSKeyID                   = "kmskeyid"
+	ParamTagSpecPrefix              = "tagspecification_"
 	// ParamTagDeletionPrefix (VolumeAttributesClass only): tagDeletion_N = "key" removes a tag.
 	ParamTagDeletionPrefix = "tagdeletion_"
 	ParamBlockSize         = "blocksize"
@@ -56,7 +58,9 @@ const (
 type volumeParams struct {
 	disk      cloud.DiskOptions
 	iopsPerGB int32
-	fsType    string
+	// allowIOPSIncrease is allowAutoIOPSPerGBIncrease.
+	allowIOPSIncrease bool
+	fsType            string
 	// format holds the format options for the volume context, keyed as keys.go names them.
 	format map[string]string
 	// tagSpecs are the tagSpecification_N values, in key order, rendered once every parameter is read.
@@ -83,6 +87,14 @@ func setClaimName(names *tagspec.Data, key, value string) bool {
 
 // tagParam is one tagSpecification_N parameter: its key, for errors, and its "key=value" value.
 type tagParam struct{ param, spec string }
+
+func boolParam(key, value string) (bool, error) {
+	b, err := strconv.ParseBool(value)
+	if err != nil {
+		return false, invalidParam("parameter %q must be true or false, not %q", key, value)
+	}
+	return b, nil
+}
 
 func invalidParam(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errInvalidParameter, fmt.Sprintf(format, args...))
@@ -121,6 +133,9 @@ func parseVolumeParams(params, mutable map[string]string) (volumeParams, error) 
 	for _, k := range m.tagDeletions {
 		delete(p.disk.Tags, k)
 	}
+	if p.disk.VolumeType == "" {
+		p.disk.VolumeType = DefaultVolumeType
+	}
 	if p.iopsPerGB != 0 && p.disk.IOPS != 0 {
 		return volumeParams{}, invalidParam("parameters %q and %q cannot be used together", ParamIOPS, ParamIOPSPerGB)
 	}
@@ -145,11 +160,10 @@ func (p *volumeParams) set(key, value string) error {
 		p.iopsPerGB, err = positiveInt32(key, value)
 	case lower == ParamThroughput:
 		p.disk.Throughput, err = positiveInt32(key, value)
+	case lower == ParamAllowAutoIOPSPerGBIncrease:
+		p.allowIOPSIncrease, err = boolParam(key, value)
 	case lower == ParamEncrypted:
-		p.disk.Encrypted, err = strconv.ParseBool(value)
-		if err != nil {
-			err = invalidParam("parameter %q must be true or false, not %q", key, value)
-		}
+		p.disk.Encrypted, err = boolParam(key, value)
 	case lower == ParamKMSKeyID:
 		p.disk.KMSKeyID = value
 	case lower == ParamVolumeInitializationRate:

@@ -16,8 +16,8 @@ func TestParseVolumeParams(t *testing.T) {
 		check   func(t *testing.T, p volumeParams)
 		errKey  string
 	}{
-		{name: "empty", check: func(t *testing.T, p volumeParams) {
-			if p.disk.VolumeType != "" || p.fsType != "" || len(p.format) != 0 {
+		{name: "empty: gp3, the node's default filesystem", check: func(t *testing.T, p volumeParams) {
+			if p.disk.VolumeType != DefaultVolumeType || p.fsType != "" || len(p.format) != 0 {
 				t.Errorf("params = %+v", p)
 			}
 		}},
@@ -36,11 +36,12 @@ func TestParseVolumeParams(t *testing.T) {
 				t.Errorf("fs = %q, format = %v", p.fsType, p.format)
 			}
 		}},
-		{name: "iopsPerGB", params: map[string]string{"type": "io1", "iopsPerGB": "50"}, check: func(t *testing.T, p volumeParams) {
-			if p.iopsPerGB != 50 {
-				t.Errorf("iopsPerGB = %d", p.iopsPerGB)
+		{name: "iopsPerGB", params: map[string]string{"type": "io1", "iopsPerGB": "50", "allowAutoIOPSPerGBIncrease": "true"}, check: func(t *testing.T, p volumeParams) {
+			if p.iopsPerGB != 50 || !p.allowIOPSIncrease {
+				t.Errorf("iopsPerGB = %d, increase allowed %v", p.iopsPerGB, p.allowIOPSIncrease)
 			}
 		}},
+		{name: "bad allowAutoIOPSPerGBIncrease", params: map[string]string{"allowAutoIOPSPerGBIncrease": "sometimes"}, errKey: "allowAutoIOPSPerGBIncrease"},
 		{name: "mutable overrides class", params: map[string]string{"type": "gp2"}, mutable: map[string]string{"type": "gp3", "iops": "5000", "throughput": "300"},
 			check: func(t *testing.T, p volumeParams) {
 				if p.disk.VolumeType != "gp3" || p.disk.IOPS != 5000 || p.disk.Throughput != 300 {
