@@ -37,6 +37,10 @@ type Cloud interface {
 	// WaitForAttachment waits until an attachment the caller has read as attaching is attached, without
 	// asking the cloud to attach again: the idempotent answer to a repeated publish.
 	WaitForAttachment(ctx context.Context, a Attachment) (*Attachment, error)
+	// WaitForInitialization waits until a disk restored from a snapshot, or copied, is initialized: every block
+	// fetched, so it runs at full speed. A disk with nothing to fetch returns at once; a missing one gives
+	// ErrNotFound.
+	WaitForInitialization(ctx context.Context, volumeID string) error
 	// DetachDisk detaches a disk from an instance and waits until it is detached. A disk that is not attached
 	// to the instance gives nil; a disk that does not exist gives ErrNotFound.
 	DetachDisk(ctx context.Context, volumeID, instanceID string) error

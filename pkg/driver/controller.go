@@ -189,6 +189,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if params.fsType != "" {
 		volCtx[ParamFSType] = params.fsType
 	}
+	if params.blockAttach {
+		volCtx[ContextBlockAttachUntilInitialized] = "true"
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           disk.ID,
 		CapacityBytes:      int64(disk.SizeGiB) * gib,

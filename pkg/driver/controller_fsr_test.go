@@ -16,6 +16,111 @@ import (
 	"github.com/diskforge/diskforge/pkg/fakecloud/faults"
 )
 
+// readySnapshotSource snapshots a new 1 GiB volume in us-east-1a through CSI (names from name) and returns the
+// snapshot, once ready, as a content source.
+func readySnapshotSource(t *testing.T, c *ControllerServer, name string) *csi.VolumeContentSource {
+	t.Helper()
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-" + name + "-src", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+		CapacityRange: &csi.CapacityRange{RequiredBytes: gib}, AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-" + name, SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapID := snap.GetSnapshot().GetSnapshotId()
+	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot "+snapID, func(ctx context.Context) (bool, error) {
+		out, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: snapID})
+		return err == nil && len(out.GetEntries()) == 1 && out.GetEntries()[0].GetSnapshot().GetReadyToUse(), err
+	})
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}}
+}
+
+// initializationOf is the initialization-state of a volume's status, "" when it has none.
+func initializationOf(t *testing.T, c *ec2.Client, id string) string {
+	t.Helper()
+	out, err := c.DescribeVolumeStatus(context.Background(), &ec2.DescribeVolumeStatusInput{VolumeIds: []string{id}})
+	if err != nil || len(out.VolumeStatuses) != 1 {
+		t.Fatalf("DescribeVolumeStatus %s: %v %v", id, out, err)
+	}
+	for _, d := range out.VolumeStatuses[0].VolumeStatus.Details {
+		if d.Name == "initialization-state" {
+			return aws.ToString(d.Status)
+		}
+	}
+	return ""
+}
+
+// TestControllerBlockAttachUntilInitialized: with the class's blockAttachUntilInitialized, a publish of a disk
+// restored at 300 MiB/s (1 GiB: about 3.4 s) attaches it only once it is initialized, and a publish whose
+// context ends first attaches nothing; without it the disk is attached while it initializes.
+func TestControllerBlockAttachUntilInitialized(t *testing.T) {
+	c, env := newTestController(t)
+	ec := env.EC2(t)
+	ctx := context.Background()
+	fromSnap := readySnapshotSource(t, c, "block")
+	restore := func(name string, block bool) *csi.Volume {
+		params := map[string]string{"volumeInitializationRate": "300"}
+		if block {
+			params["blockAttachUntilInitialized"] = "true"
+		}
+		resp, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			VolumeContentSource: fromSnap, Parameters: params, AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetVolume()
+	}
+	publish := func(ctx context.Context, v *csi.Volume) error {
+		_, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.GetVolumeId(), NodeId: fakecloudtest.InstanceA,
+			VolumeCapability: mountRWO, VolumeContext: v.GetVolumeContext()})
+		return err
+	}
+
+	plain := restore("pvc-block-off", false)
+	if err := publish(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if got := initializationOf(t, ec, plain.GetVolumeId()); got != "initializing" {
+		t.Errorf("without blockAttachUntilInitialized, the publish waited: initialization %q once attached", got)
+	}
+
+	blocked := restore("pvc-block-on", true)
+	if blocked.GetVolumeContext()[ContextBlockAttachUntilInitialized] != "true" {
+		t.Fatalf("volume context %v", blocked.GetVolumeContext())
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := publish(short, blocked); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("publish with 300 ms while initializing: %v, want DeadlineExceeded", err)
+	}
+	if d := describeDisk(t, ec, blocked.GetVolumeId()); len(d.Attachments) != 0 {
+		t.Fatalf("a publish that gave up attached the disk: %+v", d.Attachments)
+	}
+	start := time.Now()
+	if err := publish(ctx, blocked); err != nil {
+		t.Fatal(err)
+	}
+	if got := initializationOf(t, ec, blocked.GetVolumeId()); got != "completed" {
+		t.Errorf("the publish returned after %v with the disk %q", time.Since(start), got)
+	}
+	if d := describeDisk(t, ec, blocked.GetVolumeId()); len(d.Attachments) != 1 {
+		t.Errorf("attachments after the publish: %+v", d.Attachments)
+	}
+}
+
+// describeDisk is one volume as fakecloud shows it.
+func describeDisk(t *testing.T, c *ec2.Client, id string) ec2types.Volume {
+	t.Helper()
+	out, err := c.DescribeVolumes(context.Background(), &ec2.DescribeVolumesInput{VolumeIds: []string{id}})
+	if err != nil || len(out.Volumes) != 1 {
+		t.Fatalf("DescribeVolumes %s: %v %v", id, out, err)
+	}
+	return out.Volumes[0]
+}
+
 // snapshotCount is how many snapshots the cloud holds.
 func snapshotCount(t *testing.T, c *ec2.Client) int {
 	t.Helper()
@@ -101,21 +206,7 @@ func TestControllerVolumeInitializationRate(t *testing.T) {
 	c, env := newTestController(t)
 	ec := env.EC2(t)
 	ctx := context.Background()
-	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-rate-src", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
-		CapacityRange: &csi.CapacityRange{RequiredBytes: gib}, AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-rate", SourceVolumeId: vol.GetVolume().GetVolumeId()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapID := snap.GetSnapshot().GetSnapshotId()
-	fakecloudtest.WaitFor(t, 10*time.Second, "snapshot "+snapID, func(ctx context.Context) (bool, error) {
-		out, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: snapID})
-		return err == nil && len(out.GetEntries()) == 1 && out.GetEntries()[0].GetSnapshot().GetReadyToUse(), err
-	})
-	fromSnap := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}}
+	fromSnap := readySnapshotSource(t, c, "rate")
 	cases := []struct {
 		name   string
 		rate   string

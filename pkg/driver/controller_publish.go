@@ -55,6 +55,14 @@ func (c *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	// (NotFound: CSI's "node does not exist"), and a volume already published to the node is answered from the
 	// attachment just read. A stopped node is published to as EC2 allows: the volume is there when it starts,
 	// so its pods need not wait for another attach, and stopping is not the node's end.
+	if att == nil && req.GetVolumeContext()[ContextBlockAttachUntilInitialized] == "true" {
+		// Before the attach, not after: a pod can start only once the disk is attached, and this class asks
+		// that it start on a disk at full speed. A publish the attacher gives up on is asked again and waits on.
+		klog.V(2).InfoS("Waiting for the volume's initialization before attaching it", "volumeID", volumeID, "nodeID", nodeID)
+		if err := c.cloud.WaitForInitialization(ctx, volumeID); err != nil {
+			return nil, rpcError(fmt.Errorf("wait for the initialization of volume %s: %w", volumeID, err))
+		}
+	}
 	switch {
 	case att != nil && att.State == cloud.AttachmentAttached && att.Device != "":
 		klog.V(2).InfoS("Volume already published", "volumeID", volumeID, "nodeID", nodeID, "device", att.Device)

@@ -16,6 +16,10 @@ const (
 	ContextInodeSize      = "inodeSize"
 	ContextBytesPerInode  = "bytesPerInode"
 	ContextNumberOfInodes = "numberOfInodes"
+
+	// ContextBlockAttachUntilInitialized ("true", from the class's blockAttachUntilInitialized) makes
+	// ControllerPublishVolume wait for the disk's initialization before it attaches the disk.
+	ContextBlockAttachUntilInitialized = "blockAttachUntilInitialized"
 )
 
 // Filesystems the node can format.

@@ -17,6 +17,9 @@ const (
 	ParamType      = "type"
 	ParamIOPS      = "iops"
 	ParamIOPSPerGB = "iopspergb"
+	// ParamBlockAttachUntilInitialized holds the attach of a disk still initializing from its snapshot or
+	// source until it is done, so that its first pod starts at full speed.
+	ParamBlockAttachUntilInitialized = "blockattachuntilinitialized"
 	// ParamAllowAutoIOPSPerGBIncrease raises iopsPerGB × size to the type's minimum instead of refusing it.
 	ParamAllowAutoIOPSPerGBIncrease = "allowautoiopspergbincrease"
 	ParamThroughput                 = "throughput"
@@ -60,7 +63,9 @@ type volumeParams struct {
 	iopsPerGB int32
 	// allowIOPSIncrease is allowAutoIOPSPerGBIncrease.
 	allowIOPSIncrease bool
-	fsType            string
+	// blockAttach is blockAttachUntilInitialized.
+	blockAttach bool
+	fsType      string
 	// format holds the format options for the volume context, keyed as keys.go names them.
 	format map[string]string
 	// tagSpecs are the tagSpecification_N values, in key order, rendered once every parameter is read.
@@ -162,6 +167,8 @@ func (p *volumeParams) set(key, value string) error {
 		p.disk.Throughput, err = positiveInt32(key, value)
 	case lower == ParamAllowAutoIOPSPerGBIncrease:
 		p.allowIOPSIncrease, err = boolParam(key, value)
+	case lower == ParamBlockAttachUntilInitialized:
+		p.blockAttach, err = boolParam(key, value)
 	case lower == ParamEncrypted:
 		p.disk.Encrypted, err = boolParam(key, value)
 	case lower == ParamKMSKeyID:

@@ -136,6 +136,18 @@ func TestModifyVolumeDefaultIops(t *testing.T) {
 	}
 }
 
+// namesOf lists the IDs or names of a Describe answer's items, in its order.
+func namesOf[O, T any](out *O, err error, items func(*O) []T, name func(T) *string) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, it := range items(out) {
+		names = append(names, aws.ToString(name(it)))
+	}
+	return names, nil
+}
+
 // TestDocumentedFilters: filters EC2 documents for what fakecloud models are accepted and select as EC2's do.
 func TestDocumentedFilters(t *testing.T) {
 	env := fakecloudtest.Start(t, fakecloudtest.Options{})
@@ -151,53 +163,29 @@ func TestDocumentedFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	one := func(name, value string) []types.Filter { return []types.Filter{{Name: &name, Values: []string{value}}} }
 	volumes := func(name, value string) ([]string, error) {
-		out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for _, v := range out.Volumes {
-			ids = append(ids, aws.ToString(v.VolumeId))
-		}
-		return ids, nil
+		out, err := c.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: one(name, value)})
+		return namesOf(out, err, func(o *ec2.DescribeVolumesOutput) []types.Volume { return o.Volumes }, func(v types.Volume) *string { return v.VolumeId })
 	}
 	snapshots := func(name, value string) ([]string, error) {
-		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"},
-			Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for _, s := range out.Snapshots {
-			ids = append(ids, aws.ToString(s.SnapshotId))
-		}
-		return ids, nil
+		out, err := c.DescribeSnapshots(ctx, &ec2.DescribeSnapshotsInput{OwnerIds: []string{"self"}, Filters: one(name, value)})
+		return namesOf(out, err, func(o *ec2.DescribeSnapshotsOutput) []types.Snapshot { return o.Snapshots }, func(s types.Snapshot) *string { return s.SnapshotId })
 	}
 	if _, err := c.ModifyVolume(ctx, &ec2.ModifyVolumeInput{VolumeId: &vol, Size: aws.Int32(20)}); err != nil {
 		t.Fatal(err)
 	}
 	modified := func(name, value string) ([]string, error) {
-		out, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for _, m := range out.VolumesModifications {
-			ids = append(ids, aws.ToString(m.VolumeId))
-		}
-		return ids, nil
+		out, err := c.DescribeVolumesModifications(ctx, &ec2.DescribeVolumesModificationsInput{Filters: one(name, value)})
+		return namesOf(out, err, func(o *ec2.DescribeVolumesModificationsOutput) []types.VolumeModification {
+			return o.VolumesModifications
+		},
+			func(m types.VolumeModification) *string { return m.VolumeId })
 	}
 	zoneNames := func(name, value string) ([]string, error) {
-		out, err := c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{Filters: []types.Filter{{Name: &name, Values: []string{value}}}})
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, z := range out.AvailabilityZones {
-			names = append(names, aws.ToString(z.ZoneName))
-		}
-		return names, nil
+		out, err := c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{Filters: one(name, value)})
+		return namesOf(out, err, func(o *ec2.DescribeAvailabilityZonesOutput) []types.AvailabilityZone { return o.AvailabilityZones },
+			func(z types.AvailabilityZone) *string { return z.ZoneName })
 	}
 	for _, tc := range []struct {
 		name, filter, value string
