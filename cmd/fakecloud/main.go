@@ -102,6 +102,7 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.cfg.Cloud.ModificationWindow, "modification-window", 0, "rolling window of the modification limit (EBS: 24h)")
 	flag.DurationVar(&o.cfg.Cloud.ClientTokenRetention, "client-token-retention", o.cfg.Cloud.ClientTokenRetention,
 		"how long a deleted volume's ClientToken still answers that volume (in state deleted) rather than make a new one; 0 forgets it with the volume")
+	flag.IntVar(&o.cfg.Cloud.VcpuLimit, "vcpu-limit", 0, "the account's vCPU quota RunInstances launches within (instances not stopped or terminated, registered ones included); 0 for 256")
 	flag.IntVar(&o.cfg.Cloud.DefaultAttachmentLimit, "attachment-limit", 0, "volumes an instance can hold when it names no limit; 0 for its instance type's limit (m5.large: 26)")
 	flag.DurationVar(&o.timeouts.ReadHeader, "read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
 	flag.DurationVar(&o.timeouts.Read, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included")

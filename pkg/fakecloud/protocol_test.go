@@ -45,7 +45,7 @@ func TestProtocolErrors(t *testing.T) {
 		code, msg  string
 	}{
 		{"no action", "Version=2016-11-15", 400, "MissingParameter", "Action"},
-		{"unknown action", "Action=RunInstances&Version=2016-11-15", 400, "InvalidAction", "RunInstances"},
+		{"unknown action", "Action=CreateVpc&Version=2016-11-15", 400, "InvalidAction", "CreateVpc"},
 		{"size not a number", "Action=CreateVolume&Version=2016-11-15&Size=ten&AvailabilityZone=us-east-1a", 400, "InvalidParameterValue", "Size"},
 		{"bool not a bool", "Action=CreateVolume&Version=2016-11-15&Size=1&AvailabilityZone=us-east-1a&Encrypted=maybe", 400, "InvalidParameterValue", "Encrypted"},
 		{"size overflows", "Action=CreateVolume&Version=2016-11-15&Size=99999999999&AvailabilityZone=us-east-1a", 400, "InvalidParameterValue", "Size"},

@@ -30,13 +30,21 @@ const (
 	LimitDedicated = "dedicated"
 )
 
+// Processor architectures, spelled as EC2's ProcessorInfo.SupportedArchitectures and an image's architecture.
+const (
+	ArchX86_64 = "x86_64"
+	ArchArm64  = "arm64"
+)
+
 // Info is one instance type.
 type Info struct {
-	Name        string
-	Hypervisor  string
-	VCPUs       int32
-	MemoryMiB   int64
-	NvmeSupport string
+	Name       string
+	Hypervisor string
+	// Architecture is the one processor architecture the type runs; an image must match it.
+	Architecture string
+	VCPUs        int32
+	MemoryMiB    int64
+	NvmeSupport  string
 	// AttachmentLimitType is LimitShared or LimitDedicated on Nitro, empty on Xen (whose limit is a
 	// recommendation for EBS volumes alone).
 	AttachmentLimitType string
@@ -61,15 +69,25 @@ func (i Info) VolumeLimit() int {
 // Default is the type of instances that name none.
 const Default = "m5.large"
 
+// LaunchDefault is the type EC2's RunInstances launches when the request names none.
+const LaunchDefault = "m1.small"
+
 // nitro and xen build the table's rows. Nitro types share 28 slots (the EC2 User Guide's "Amazon EBS volume
 // limits"); Xen types have a recommended limit of 40 EBS volumes and no NVMe.
 func nitro(name string, vcpus int32, memMiB int64) Info {
-	return Info{Name: name, Hypervisor: HypervisorNitro, VCPUs: vcpus, MemoryMiB: memMiB, NvmeSupport: NvmeRequired,
+	return Info{Name: name, Hypervisor: HypervisorNitro, Architecture: ArchX86_64, VCPUs: vcpus, MemoryMiB: memMiB, NvmeSupport: NvmeRequired,
 		AttachmentLimitType: LimitShared, MaximumEbsAttachments: 28, NetworkInterfaces: 1}
 }
 
+// graviton is a Nitro type on an AWS Graviton (arm64) processor.
+func graviton(name string, vcpus int32, memMiB int64) Info {
+	i := nitro(name, vcpus, memMiB)
+	i.Architecture = ArchArm64
+	return i
+}
+
 func xen(name string, vcpus int32, memMiB int64) Info {
-	return Info{Name: name, Hypervisor: HypervisorXen, VCPUs: vcpus, MemoryMiB: memMiB, NvmeSupport: NvmeUnsupported,
+	return Info{Name: name, Hypervisor: HypervisorXen, Architecture: ArchX86_64, VCPUs: vcpus, MemoryMiB: memMiB, NvmeSupport: NvmeUnsupported,
 		MaximumEbsAttachments: 40, NetworkInterfaces: 1}
 }
 
@@ -80,6 +98,8 @@ var table = func() map[string]Info {
 		nitro("c5.large", 2, 4096), nitro("c5.xlarge", 4, 8192), nitro("r5.large", 2, 16384),
 		nitro("t3.medium", 2, 4096), nitro("t3.large", 2, 8192),
 		xen("m4.large", 2, 8192), xen("m4.xlarge", 4, 16384), xen("t2.medium", 2, 4096), xen("c4.large", 2, 3840),
+		xen("m1.small", 1, 1740),
+		graviton("m6g.large", 2, 8192), graviton("c6g.large", 2, 4096), graviton("t4g.medium", 2, 4096),
 	}
 	m := make(map[string]Info, len(rows))
 	for _, r := range rows {

@@ -369,12 +369,17 @@ def main():
     return 0
 
 
-if __name__ == "__main__":
+def run(main_fn):
+    """Exit with main_fn's status, reporting a failed check or an unexpected EC2 error with the step it ended."""
     try:
-        sys.exit(main())
+        sys.exit(main_fn())
     except CheckFailed as e:
         print(f"[boto3] FAIL ({STEP}): {e}", file=sys.stderr)
         sys.exit(1)
     except ClientError as e:
         print(f"[boto3] FAIL ({STEP}): unexpected {e.response['Error']['Code']}: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh proves fakecloud works with EC2 clients we did not write: it starts a throwaway fakecloud for each
 # client and runs a volume's whole life through AWS CLI v2 (test/clients/cli.sh), AWS CLI v1 when present, and
-# boto3 (test/clients/boto3_lifecycle.py), the snapshot actions through boto3 (test/clients/boto3_snapshots.py)
-# and EC2's answers to wrong requests through boto3 (test/clients/boto3_answers.py), then tears everything down.
+# boto3 (test/clients/boto3_lifecycle.py), the snapshot actions through boto3 (test/clients/boto3_snapshots.py),
+# EC2's answers to wrong requests through boto3 (test/clients/boto3_answers.py) and instances launched from the
+# built-in images through boto3 (test/clients/boto3_instances.py), then tears everything down.
 #
 # Usage: bash test/clients/run.sh
 #
@@ -233,6 +234,7 @@ fi
 run_client "boto3" "$PYTHON" "$HERE/boto3_lifecycle.py"
 run_client "boto3-snapshots" "$PYTHON" "$HERE/boto3_snapshots.py"
 run_client "boto3-answers" "$PYTHON" "$HERE/boto3_answers.py"
+run_client "boto3-instances" "$PYTHON" "$HERE/boto3_instances.py"
 
 echo
 passed=0 failed=0

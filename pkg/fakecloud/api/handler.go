@@ -108,6 +108,8 @@ func New(opts Options) *Handler {
 		"ModifyInstanceAttribute":      h.modifyInstanceAttribute,
 		"DescribeAvailabilityZones":    h.describeAvailabilityZones,
 		"DescribeInstanceTypes":        h.describeInstanceTypes,
+		"RunInstances":                 h.runInstances,
+		"DescribeImages":               h.describeImages,
 	}
 	h.addSnapshotActions()
 	reg := opts.Registry

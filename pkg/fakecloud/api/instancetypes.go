@@ -24,6 +24,10 @@ type networkInfoXML struct {
 	MaximumNetworkInterfaces int32 `xml:"maximumNetworkInterfaces"`
 }
 
+type processorInfoXML struct {
+	SupportedArchitectures []string `xml:"supportedArchitectures>item"`
+}
+
 type instanceTypeXML struct {
 	InstanceType      string         `xml:"instanceType"`
 	CurrentGeneration bool           `xml:"currentGeneration"`
@@ -32,6 +36,8 @@ type instanceTypeXML struct {
 	MemoryInfo        memoryInfoXML  `xml:"memoryInfo"`
 	EbsInfo           ebsInfoXML     `xml:"ebsInfo"`
 	NetworkInfo       networkInfoXML `xml:"networkInfo"`
+	// ProcessorInfo is what RunInstances holds an image's architecture to.
+	ProcessorInfo processorInfoXML `xml:"processorInfo"`
 }
 
 type describeInstanceTypesResponse struct {
@@ -55,7 +61,8 @@ func (h *Handler) describeInstanceTypes(p *params) (response, error) {
 			Hypervisor: t.Hypervisor, VCPUInfo: vcpuInfoXML{DefaultVCpus: t.VCPUs}, MemoryInfo: memoryInfoXML{SizeInMiB: t.MemoryMiB},
 			EbsInfo: ebsInfoXML{EbsOptimizedSupport: "default", EncryptionSupport: "supported", NvmeSupport: t.NvmeSupport,
 				AttachmentLimitType: t.AttachmentLimitType, MaximumEbsAttachments: t.MaximumEbsAttachments},
-			NetworkInfo: networkInfoXML{MaximumNetworkInterfaces: max(t.NetworkInterfaces, 3)}}
+			NetworkInfo:   networkInfoXML{MaximumNetworkInterfaces: max(t.NetworkInterfaces, 3)},
+			ProcessorInfo: processorInfoXML{SupportedArchitectures: []string{t.Architecture}}}
 	}
 	return out, nil
 }

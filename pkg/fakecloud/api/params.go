@@ -202,12 +202,17 @@ func (p *params) tagSelectors(prefix string) []state.TagSelector {
 // tagSpecs reads TagSpecification.N for a resource type, refusing specifications for types the action does not
 // create.
 func (p *params) tagSpecs(resourceType string) []state.Tag {
-	var out []state.Tag
+	return p.tagSpecsOf(resourceType)[resourceType]
+}
+
+// tagSpecsOf reads TagSpecification.N for an action that creates resources of several types, by type.
+func (p *params) tagSpecsOf(resourceTypes ...string) map[string][]state.Tag {
+	out := map[string][]state.Tag{}
 	for _, i := range p.indexes("TagSpecification", "ResourceType", "Tag.") {
 		base := "TagSpecification." + strconv.Itoa(i)
 		rt := p.str(base + ".ResourceType")
-		if rt != resourceType {
-			p.fail(ec2err.InvalidValue("TagSpecification.ResourceType", rt, "The resource type must be '"+resourceType+"'."))
+		if !slices.Contains(resourceTypes, rt) {
+			p.fail(ec2err.InvalidValue("TagSpecification.ResourceType", rt, "The resource type must be '"+strings.Join(resourceTypes, "' or '")+"'."))
 			return nil
 		}
 		tags := p.tags(base + ".Tag")
@@ -215,7 +220,7 @@ func (p *params) tagSpecs(resourceType string) []state.Tag {
 			p.fail(ec2err.New(ec2err.CodeInvalidTagKeyMalformed, "Tag specification must have at least one tag"))
 			return nil
 		}
-		out = append(out, tags...)
+		out[rt] = append(out[rt], tags...)
 	}
 	return out
 }

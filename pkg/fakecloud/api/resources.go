@@ -124,13 +124,16 @@ type instanceXML struct {
 	ImageID        string           `xml:"imageId"`
 	State          instanceStateXML `xml:"instanceState"`
 	Reason         string           `xml:"reason"`
+	AmiLaunchIndex int32            `xml:"amiLaunchIndex"`
 	StateReason    *stateReasonXML  `xml:"stateReason,omitempty"`
 	InstanceType   string           `xml:"instanceType"`
 	LaunchTime     string           `xml:"launchTime"`
 	Placement      placementXML     `xml:"placement"`
+	Architecture   string           `xml:"architecture"`
 	RootDeviceType string           `xml:"rootDeviceType"`
 	RootDeviceName string           `xml:"rootDeviceName"`
 	BlockDevices   []blockDeviceXML `xml:"blockDeviceMapping>item"`
+	ClientToken    string           `xml:"clientToken,omitempty"`
 	Tags           *tagSetXML       `xml:"tagSet,omitempty"`
 }
 
@@ -156,21 +159,38 @@ func (h *Handler) describeInstances(p *params) (response, error) {
 		return nil, err
 	}
 	out := &describeInstancesResponse{NextToken: next}
+	// Instances of one launch share its reservation, as on EC2.
+	at := map[string]int{}
 	for _, inst := range insts {
-		x := instanceXML{InstanceID: inst.ID, ImageID: "ami-fakecloud", State: instanceStateOf(inst.State), Reason: inst.TransitionReason,
-			InstanceType: inst.InstanceType, LaunchTime: ec2Time(inst.LaunchTime),
-			Placement:      placementXML{AvailabilityZone: inst.Zone, AvailabilityZoneID: h.zoneIDs[inst.Zone], Tenancy: "default"},
-			RootDeviceType: "ebs", RootDeviceName: "/dev/xvda", Tags: tagsXML(inst.Tags)}
-		for _, a := range inst.Attachments {
-			x.BlockDevices = append(x.BlockDevices, blockDeviceXML{DeviceName: a.Device,
-				Ebs: ebsXML{VolumeID: a.VolumeID, Status: a.State, AttachTime: ec2Time(a.AttachTime), DeleteOnTermination: a.DeleteOnTermination}})
+		r := inst.ReservationID()
+		i, ok := at[r]
+		if !ok {
+			i = len(out.Reservations)
+			at[r] = i
+			out.Reservations = append(out.Reservations, reservationXML{ReservationID: r, OwnerID: h.accountID})
 		}
-		if inst.StateReason != "" {
-			x.StateReason = &stateReasonXML{Code: inst.StateReason, Message: state.StateReasonMessage(inst.StateReason)}
-		}
-		out.Reservations = append(out.Reservations, reservationXML{ReservationID: "r-" + inst.ID[2:], OwnerID: h.accountID, Instances: []instanceXML{x}})
+		out.Reservations[i].Instances = append(out.Reservations[i].Instances, h.instanceOf(inst))
 	}
 	return out, nil
+}
+
+// instanceOf is an instance as DescribeInstances and RunInstances show it.
+func (h *Handler) instanceOf(inst state.InstanceView) instanceXML {
+	x := instanceXML{InstanceID: inst.ID, ImageID: inst.ImageID(), State: instanceStateOf(inst.State), Reason: inst.TransitionReason,
+		InstanceType: inst.InstanceType, LaunchTime: ec2Time(inst.LaunchTime), Architecture: inst.Architecture(),
+		Placement:      placementXML{AvailabilityZone: inst.Zone, AvailabilityZoneID: h.zoneIDs[inst.Zone], Tenancy: "default"},
+		RootDeviceType: "ebs", RootDeviceName: "/dev/xvda", Tags: tagsXML(inst.Tags)}
+	if inst.Launch != nil {
+		x.AmiLaunchIndex, x.ClientToken = inst.Launch.LaunchIndex, inst.Launch.ClientToken
+	}
+	for _, a := range inst.Attachments {
+		x.BlockDevices = append(x.BlockDevices, blockDeviceXML{DeviceName: a.Device,
+			Ebs: ebsXML{VolumeID: a.VolumeID, Status: a.State, AttachTime: ec2Time(a.AttachTime), DeleteOnTermination: a.DeleteOnTermination}})
+	}
+	if inst.StateReason != "" {
+		x.StateReason = &stateReasonXML{Code: inst.StateReason, Message: state.StateReasonMessage(inst.StateReason)}
+	}
+	return x
 }
 
 type zoneXML struct {

@@ -71,6 +71,11 @@ const (
 	CodeInvalidVolumeModificationSize = "VolumeModificationSizeLimitExceeded"
 	CodeInvalidInstanceType           = "InvalidInstanceType"
 	CodeTagLimitExceeded              = "TagLimitExceeded"
+	CodeInvalidAMIIDMalformed         = "InvalidAMIID.Malformed"
+	CodeInvalidAMIIDNotFound          = "InvalidAMIID.NotFound"
+	CodeInvalidSubnetIDNotFound       = "InvalidSubnetID.NotFound"
+	CodeInvalidBlockDeviceMapping     = "InvalidBlockDeviceMapping"
+	CodeVcpuLimitExceeded             = "VcpuLimitExceeded"
 	// CodeNoSuchVersion answers an API version the service does not have (AWS's common Query error; the
 	// wording is unverified against EC2).
 	CodeNoSuchVersion = "NoSuchVersion"

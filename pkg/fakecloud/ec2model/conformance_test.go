@@ -183,6 +183,7 @@ func workload(t *testing.T, env *fakecloudtest.Env) {
 	_, err = c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{{Name: aws.String("instance-state-name"),
 		Values: []string{"shutting-down", "terminated"}}}})
 	must("DescribeInstances terminated", err)
+	launchWorkload(t, c, tag)
 
 	snapshotWorkload(t, c, inst, snapID)
 	accountWorkload(t, c)
@@ -245,6 +246,38 @@ func snapshotWorkload(t *testing.T, c *ec2.Client, inst, snapID string) {
 	for _, id := range append([]string{copyID}, snapshotIDs(multi.Snapshots)...) {
 		_, err = c.DeleteSnapshot(ctx, &ec2.DeleteSnapshotInput{SnapshotId: aws.String(id)})
 		must("DeleteSnapshot "+id, err)
+	}
+}
+
+// launchWorkload launches an instance from the catalog with a root and a data volume, describes it running and
+// terminates it.
+func launchWorkload(t *testing.T, c *ec2.Client, tag func(types.ResourceType, string, string) []types.TagSpecification) {
+	ctx := context.Background()
+	images, err := c.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"},
+		Filters: []types.Filter{{Name: aws.String("architecture"), Values: []string{"x86_64"}}}})
+	if err != nil || len(images.Images) != 1 {
+		t.Fatalf("DescribeImages: %v, %v", images, err)
+	}
+	run, err := c.RunInstances(ctx, &ec2.RunInstancesInput{ImageId: images.Images[0].ImageId, InstanceType: types.InstanceTypeT3Medium,
+		MinCount: aws.Int32(1), MaxCount: aws.Int32(1), Placement: &types.Placement{AvailabilityZone: aws.String("us-east-1b")},
+		BlockDeviceMappings: []types.BlockDeviceMapping{
+			{DeviceName: aws.String("/dev/xvda"), Ebs: &types.EbsBlockDevice{VolumeSize: aws.Int32(10), DeleteOnTermination: aws.Bool(true)}},
+			{DeviceName: aws.String("/dev/sdf"), Ebs: &types.EbsBlockDevice{VolumeSize: aws.Int32(4), VolumeType: types.VolumeTypeGp3,
+				Iops: aws.Int32(3000), Throughput: aws.Int32(125), Encrypted: aws.Bool(true), DeleteOnTermination: aws.Bool(false)}},
+		},
+		TagSpecifications: append(tag(types.ResourceTypeInstance, "Name", "launched"), tag(types.ResourceTypeVolume, "by", "launch")...),
+		ClientToken:       aws.String("conformance-launch")})
+	if err != nil {
+		t.Fatalf("RunInstances: %v", err)
+	}
+	id := aws.ToString(run.Instances[0].InstanceId)
+	fakecloudtest.WaitFor(t, 10*time.Second, "launched instance running", instanceIs(c, id, types.InstanceStateNameRunning))
+	if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{{Name: aws.String("image-id"),
+		Values: []string{aws.ToString(images.Images[0].ImageId)}}}}); err != nil {
+		t.Fatalf("DescribeInstances launched: %v", err)
+	}
+	if _, err := c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}}); err != nil {
+		t.Fatalf("TerminateInstances launched: %v", err)
 	}
 }
 

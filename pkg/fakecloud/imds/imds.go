@@ -5,7 +5,7 @@
 // of its own (the SDK's imds client replaces the request path with its own, so instances cannot share one
 // address under different path prefixes).
 //
-// meta-data/block-device-mapping/ lists ami, root and one ebsN per volume attached to the instance as of its last
+// meta-data/block-device-mapping/ lists ami, root and one ebsN per data volume attached to the instance as of its last
 // start, as EC2 does ("Amazon EBS volumes are only available in metadata if they were present at launch time or
 // when the instance was last started"): every attachment that held one of the instance's slots (attaching,
 // attached, detaching or busy) when it last went running is an ebsN, numbered from 1 in order of attachment,
@@ -187,9 +187,6 @@ type identityDocument struct {
 	Version          string    `json:"version"`
 }
 
-// imageID is the one image every fakecloud instance runs.
-const imageID = "ami-00000000000000000"
-
 // document answers one metadata path.
 func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	zoneID := ""
@@ -210,7 +207,7 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	case "meta-data", "meta-data/":
 		return strings.Join([]string{"ami-id", "block-device-mapping/", "instance-id", "instance-type", "placement/"}, "\n"), true
 	case "meta-data/ami-id":
-		return imageID, true
+		return v.ImageID(), true
 	case "meta-data/instance-id":
 		return v.ID, true
 	case "meta-data/instance-type":
@@ -232,8 +229,8 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	case "meta-data/block-device-mapping/ami", "meta-data/block-device-mapping/root":
 		return RootDevice, true
 	case "dynamic/instance-identity/document":
-		doc, err := json.MarshalIndent(identityDocument{AccountID: h.src.AccountID(), Architecture: "x86_64",
-			AvailabilityZone: v.Zone, ImageID: imageID, InstanceID: v.ID, InstanceType: v.InstanceType,
+		doc, err := json.MarshalIndent(identityDocument{AccountID: h.src.AccountID(), Architecture: v.Architecture(),
+			AvailabilityZone: v.Zone, ImageID: v.ImageID(), InstanceID: v.ID, InstanceType: v.InstanceType,
 			PendingTime: v.LaunchTime.UTC(), Region: h.src.Region(), Version: "2017-09-30"}, "", "  ")
 		return string(doc), err == nil
 	}

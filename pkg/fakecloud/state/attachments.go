@@ -12,7 +12,9 @@ import (
 // maxMultiAttach is how many instances one io1/io2 volume may be attached to.
 const maxMultiAttach = 16
 
-// rootDevice is every instance's root volume, which fakecloud does not model as a volume but keeps taken.
+// rootDevice is every instance's root device: a registered instance's root volume is not modelled but keeps it
+// taken; a launched instance's root volume is attached there. Either way AttachVolume cannot take it, and the
+// attachment limit (data volumes besides the root) does not count it.
 const rootDevice = "/dev/xvda"
 
 // deviceName matches the Linux device names EC2 accepts for EBS: /dev/sd[b-z], /dev/sd[b-z][1-15],
@@ -99,7 +101,13 @@ func (s *State) checkAttach(v *Volume, inst *Instance, device string) error {
 	if device == rootDevice {
 		return deviceInUse(device)
 	}
-	if len(used) >= inst.AttachmentLimit {
+	data := 0
+	for _, a := range used {
+		if a.Device != rootDevice {
+			data++
+		}
+	}
+	if data >= inst.AttachmentLimit {
 		return ec2err.New(ec2err.CodeAttachmentLimitExceeded, "Instance %s has reached its limit of %d attached volumes", inst.ID, inst.AttachmentLimit)
 	}
 	return nil

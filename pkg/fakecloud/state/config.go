@@ -77,7 +77,14 @@ type Config struct {
 	// rate or fast snapshot restore, or copied from another volume, initializes in the background (EBS's
 	// default rate, which EBS does not state); 0 initializes such volumes at once.
 	RestoreInitRate int32
+	// VcpuLimit is the account's On-Demand vCPU quota: RunInstances launches only while the vCPUs of the
+	// instances not stopped or terminated (registered ones included) stay within it. 0 is DefaultVcpuLimit.
+	VcpuLimit int
 }
+
+// DefaultVcpuLimit bounds what RunInstances launches: room for many small test instances, and a bound on what one
+// request with a huge MaxCount makes. EC2's quotas vary by account; this one is chosen.
+const DefaultVcpuLimit = 256
 
 // DefaultTerminatedRetention is EC2's: a terminated instance stays visible for about an hour.
 const DefaultTerminatedRetention = time.Hour
@@ -111,6 +118,12 @@ func (c *Config) validate() error {
 	}
 	if c.RestoreInitRate < 0 {
 		return fmt.Errorf("a negative restore initialization rate")
+	}
+	if c.VcpuLimit < 0 {
+		return fmt.Errorf("a negative vCPU limit")
+	}
+	if c.VcpuLimit == 0 {
+		c.VcpuLimit = DefaultVcpuLimit
 	}
 	if c.TerminatedRetention < 0 {
 		return fmt.Errorf("a negative terminated instance retention")

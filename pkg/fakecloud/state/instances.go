@@ -30,24 +30,29 @@ func (s *State) instance(id string) (*Instance, error) {
 }
 
 func (s *State) putInstance(spec InstanceSpec) *Instance {
-	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, AttachmentLimit: spec.AttachmentLimit,
-		LaunchTime: s.clock.Now(), State: InstanceRunning}
+	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, LaunchTime: s.clock.Now(), State: InstanceRunning}
 	if in.InstanceType == "" {
 		in.InstanceType = DefaultInstanceType
 	}
-	if in.AttachmentLimit == 0 {
-		in.AttachmentLimit = s.cfg.DefaultAttachmentLimit
-	}
-	if in.AttachmentLimit == 0 {
-		// The type's limit, the one DescribeInstanceTypes reports; the type was checked on the way in.
-		info, _ := instancetypes.Lookup(in.InstanceType)
-		in.AttachmentLimit = info.VolumeLimit()
-	}
+	in.AttachmentLimit = s.attachmentLimit(in.InstanceType, spec.AttachmentLimit)
 	s.recordStartDevices(in)
 	s.instances[in.ID] = in
 	s.instanceIDs.insert(in.ID)
 	s.markDirty(kindInstance, in.ID)
 	return in
+}
+
+// attachmentLimit is how many data volumes an instance holds besides its root volume: the one asked, else the
+// configured default, else its type's (the one DescribeInstanceTypes reports; the type was checked on the way in).
+func (s *State) attachmentLimit(instanceType string, asked int) int {
+	if asked > 0 {
+		return asked
+	}
+	if s.cfg.DefaultAttachmentLimit > 0 {
+		return s.cfg.DefaultAttachmentLimit
+	}
+	info, _ := instancetypes.Lookup(instanceType)
+	return info.VolumeLimit()
 }
 
 // RegisterInstance adds (or updates) an instance at run time: a node joining a test cluster. An instance that
@@ -111,6 +116,10 @@ func (s *State) recordStartDevices(in *Instance) {
 	})
 	in.StartDevices = nil
 	for _, a := range atts {
+		if a.Device == rootDevice {
+			// The root volume is block-device-mapping/ami and root, not an ebsN.
+			continue
+		}
 		in.StartDevices = append(in.StartDevices, strings.TrimPrefix(a.Device, "/dev/"))
 	}
 }
@@ -122,6 +131,14 @@ var instanceFields = fields[InstanceView]{
 	"instance-state-name": func(v *InstanceView) []string { return []string{v.State} },
 	"instance-state-code": func(v *InstanceView) []string {
 		return []string{strconv.Itoa(int(InstanceStateCode(v.State)))}
+	},
+	"image-id":       func(v *InstanceView) []string { return []string{v.ImageID()} },
+	"reservation-id": func(v *InstanceView) []string { return []string{v.ReservationID()} },
+	"client-token": func(v *InstanceView) []string {
+		if v.Launch == nil {
+			return nil
+		}
+		return []string{v.Launch.ClientToken}
 	},
 	"block-device-mapping.volume-id": func(v *InstanceView) []string {
 		return mapAttachments(v, func(a Attachment) string { return a.VolumeID })
@@ -151,19 +168,8 @@ func (s *State) DescribeInstances(in DescribeInput) ([]InstanceView, string, err
 		if match, err = instanceFields.compile(in.Filters, func(v *InstanceView) []Tag { return v.Tags }); err != nil {
 			return
 		}
-		// One pass over the volumes gives every instance its attachments.
-		byInstance := map[string][]Attachment{}
-		for _, id := range s.volumeIDs.ids {
-			for _, a := range s.volumes[id].Attachments {
-				byInstance[a.InstanceID] = append(byInstance[a.InstanceID], a)
-			}
-		}
-		viewOf := func(id string) *InstanceView {
-			inst := *s.instances[id]
-			inst.Tags = slices.Clone(inst.Tags)
-			inst.StartDevices = slices.Clone(inst.StartDevices)
-			return &InstanceView{Instance: inst, Attachments: byInstance[id]}
-		}
+		byInstance := s.attachmentsByInstance()
+		viewOf := func(id string) *InstanceView { return s.viewOf(id, byInstance) }
 		var ids []string
 		if len(in.IDs) > 0 {
 			if ids, err = s.knownInstances(in.IDs); err != nil {
@@ -182,6 +188,29 @@ func (s *State) DescribeInstances(in DescribeInput) ([]InstanceView, string, err
 		}
 	})
 	return out, next, err
+}
+
+// attachmentsByInstance gives every instance its attachments, in one pass over the volumes.
+func (s *State) attachmentsByInstance() map[string][]Attachment {
+	byInstance := map[string][]Attachment{}
+	for _, id := range s.volumeIDs.ids {
+		for _, a := range s.volumes[id].Attachments {
+			byInstance[a.InstanceID] = append(byInstance[a.InstanceID], a)
+		}
+	}
+	return byInstance
+}
+
+// viewOf is a copy of an instance with its attachments, to hand out.
+func (s *State) viewOf(id string, byInstance map[string][]Attachment) *InstanceView {
+	inst := *s.instances[id]
+	inst.Tags = slices.Clone(inst.Tags)
+	inst.StartDevices = slices.Clone(inst.StartDevices)
+	if inst.Launch != nil {
+		l := *inst.Launch
+		inst.Launch = &l
+	}
+	return &InstanceView{Instance: inst, Attachments: slices.Clone(byInstance[id])}
 }
 
 func (s *State) knownInstances(ids []string) ([]string, error) {
@@ -277,3 +306,31 @@ func (s *State) Zones() []Zone { return slices.Clone(s.cfg.Zones) }
 
 // AccountID owns every resource of this cloud.
 func (s *State) AccountID() string { return s.cfg.AccountID }
+
+// registeredImageID is the image a registered instance reports: no launch chose one of the catalog's.
+const registeredImageID = "ami-00000000000000000"
+
+// ImageID is the image the instance runs.
+func (in *Instance) ImageID() string {
+	if in.Launch != nil {
+		return in.Launch.ImageID
+	}
+	return registeredImageID
+}
+
+// ReservationID is the instance's reservation: its launch's, or one of its own for a registered instance.
+func (in *Instance) ReservationID() string {
+	if in.Launch != nil {
+		return in.Launch.ReservationID
+	}
+	return "r-" + strings.TrimPrefix(in.ID, "i-")
+}
+
+// Architecture is the instance's processor architecture, its type's (a launch matched the image to it).
+func (in *Instance) Architecture() string {
+	info, ok := instancetypes.Lookup(in.InstanceType)
+	if !ok {
+		return instancetypes.ArchX86_64
+	}
+	return info.Architecture
+}

@@ -23,7 +23,8 @@ var instanceTypeFields = fields[instancetypes.Info]{
 	"ebs-info.maximum-ebs-attachments": func(i *instancetypes.Info) []string {
 		return []string{strconv.Itoa(int(i.MaximumEbsAttachments))}
 	},
-	"vcpu-info.default-vcpus": func(i *instancetypes.Info) []string { return []string{strconv.Itoa(int(i.VCPUs))} },
+	"processor-info.supported-architecture": func(i *instancetypes.Info) []string { return []string{i.Architecture} },
+	"vcpu-info.default-vcpus":               func(i *instancetypes.Info) []string { return []string{strconv.Itoa(int(i.VCPUs))} },
 }
 
 // DescribeInstanceTypes lists the instance types fakecloud knows, with the EBS limits it enforces on instances

@@ -266,11 +266,11 @@ func (s *State) ModifyBlockDevices(instanceID string, changes []BlockDeviceChang
 		}
 		var targets []target
 		for _, c := range changes {
-			if c.Device == rootDevice {
-				// The root volume is not modelled; EC2 would set its flag, which nothing here reads.
+			a := s.attachmentAt(instanceID, c.Device)
+			if a == nil && c.Device == rootDevice {
+				// A registered instance's root volume is not modelled; EC2 would set its flag, which nothing here reads.
 				continue
 			}
-			a := s.attachmentAt(instanceID, c.Device)
 			if a == nil || c.VolumeID != "" && a.VolumeID != c.VolumeID {
 				return ec2err.New(ec2err.CodeInvalidInstanceAttributeValue, "No device is currently mapped at %s", c.Device)
 			}

@@ -26,8 +26,8 @@ const maxExcludedVolumes = 40
 // CreateSnapshots snapshots every volume attached to the instance at one instant, crash-consistent across them,
 // as CreateSnapshot does one: the records are planned under the lock, all volumes are captured by one backend
 // call (blockdev.CaptureSnapshots: on the fuse backend one copy-on-write barrier across the volumes), and the
-// records committed together before the reply. fakecloud does not model an instance's root volume (its device
-// is kept taken), so every attached volume is a data volume and ExcludeBootVolume changes nothing.
+// records committed together before the reply. ExcludeBootVolume leaves out the volume at the root device: a
+// launched instance's root volume (a registered instance's is not modelled, so it changes nothing there).
 func (s *State) CreateSnapshots(in CreateSnapshotsInput) ([]Snapshot, error) {
 	var sns []*Snapshot
 	err := s.mutate(func(now time.Time) error {
@@ -46,7 +46,7 @@ func (s *State) CreateSnapshots(in CreateSnapshotsInput) ([]Snapshot, error) {
 		if err := checkSnapshotRequest(in.Description, in.Tags); err != nil {
 			return err
 		}
-		vols, err := s.attachedVolumes(inst.ID, in.ExcludeVolumeIDs)
+		vols, err := s.attachedVolumes(inst.ID, in.ExcludeVolumeIDs, in.ExcludeBootVolume)
 		if err != nil {
 			return err
 		}
@@ -92,12 +92,12 @@ func (s *State) CreateSnapshots(in CreateSnapshotsInput) ([]Snapshot, error) {
 
 // attachedVolumes are the volumes attached to the instance, in ID order, but for those excluded; each must be
 // settled, as CreateSnapshot asks.
-func (s *State) attachedVolumes(instanceID string, exclude []string) ([]*Volume, error) {
+func (s *State) attachedVolumes(instanceID string, exclude []string, excludeRoot bool) ([]*Volume, error) {
 	var out []*Volume
 	for _, id := range s.volumeIDs.ids {
 		v := s.volumes[id]
 		a := attachmentTo(v, instanceID)
-		if a == nil || a.State != AttachAttached || slices.Contains(exclude, id) {
+		if a == nil || a.State != AttachAttached || slices.Contains(exclude, id) || excludeRoot && a.Device == rootDevice {
 			continue
 		}
 		if _, err := s.settledVolume(id); err != nil {

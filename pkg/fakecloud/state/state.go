@@ -84,6 +84,8 @@ type State struct {
 	reserved       map[string]struct{}
 	tokensInFlight map[string]chan struct{}
 	copying        map[string]int
+	// launches are the ClientTokens of RunInstances requests making their volumes' files (a retry waits).
+	launches map[string]chan struct{}
 	// Block I/O jobs (iojobs.go): scheduled under the lock, started once committed. ioBusy holds their volumes
 	// until the outcome is applied; copies cancels the snapshot copies in flight; slots bounds the workers;
 	// jobsCtx ends with Close.
@@ -135,6 +137,7 @@ func New(cfg Config, opts Options) (*State, error) {
 		uncopied:       map[string]int{},
 		reserved:       map[string]struct{}{},
 		tokensInFlight: map[string]chan struct{}{},
+		launches:       map[string]chan struct{}{},
 		copying:        map[string]int{},
 		ioBusy:         map[string]struct{}{},
 		copies:         map[string]context.CancelFunc{},

@@ -224,6 +224,19 @@ type Instance struct {
 	// StartDevices are the device names (without /dev/) of the volumes attached when the instance last went
 	// running, in order of attachment: the instance metadata's block device mapping, which EC2 refreshes only then.
 	StartDevices []string `json:"startDevices,omitempty"`
+	// Launch is how RunInstances made the instance; nil for one registered (--instances, the admin API), which
+	// has no root volume modelled.
+	Launch *Launch `json:"launch,omitempty"`
+}
+
+// Launch is what RunInstances gave an instance: its image, its reservation and place in it, and the ClientToken
+// that binds the reservation (ParamsHash fingerprints the request, to tell a retry from a different one).
+type Launch struct {
+	ImageID       string `json:"imageId"`
+	ReservationID string `json:"reservationId"`
+	LaunchIndex   int32  `json:"launchIndex"`
+	ClientToken   string `json:"clientToken,omitempty"`
+	ParamsHash    string `json:"paramsHash,omitempty"`
 }
 
 // Zone is an availability zone of the region.

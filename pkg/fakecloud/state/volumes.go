@@ -59,36 +59,15 @@ const maxKmsKeyID = 2048
 // CreateVolume validates the request, makes the volume's file outside the state lock (a restore copies a whole
 // snapshot), then records the volume in state creating. The reply is sent only once the record is committed.
 func (s *State) CreateVolume(in CreateVolumeInput) (Volume, error) {
-	for {
-		var (
-			out     Volume
-			planned *Volume
-			wait    chan struct{}
-		)
-		err := s.mutate(func(now time.Time) error {
-			v, w, err := s.planVolume(in, now)
-			if err == nil && w == nil && v.State != "" {
-				out = v.view()
-				return nil
-			}
-			planned, wait = v, w
-			return err
-		})
-		switch {
-		case err != nil:
-			if planned != nil {
-				s.withLock(func() { s.release(planned, in.ClientToken) })
-			}
-			return Volume{}, err
-		case wait != nil:
-			// A request with the same ClientToken is making its volume: answer as it ends.
-			<-wait
-			continue
-		case planned == nil:
-			return out, nil
+	plan := func(now time.Time) (Volume, *Volume, chan struct{}, error) {
+		v, w, err := s.planVolume(in, now)
+		if err == nil && w == nil && v.State != "" {
+			return v.view(), nil, nil, nil
 		}
-		return s.makeVolume(planned, in)
+		return Volume{}, v, w, err
 	}
+	release := func(v *Volume) { s.release(v, in.ClientToken) }
+	return createOnce(s, plan, release, func(v *Volume) (Volume, error) { return s.makeVolume(v, in) })
 }
 
 // planVolume checks the request and reserves an ID. It returns an existing volume for a replayed ClientToken
@@ -124,36 +103,14 @@ func (s *State) planVolume(in CreateVolumeInput, now time.Time) (*Volume, chan s
 			return v, nil, nil
 		}
 	}
-	v := &Volume{Zone: zone, Type: in.VolumeType, Encrypted: in.Encrypted, KmsKeyID: in.KmsKeyID, MultiAttach: in.MultiAttach}
-	if v.Type == "" {
-		v.Type = "gp2"
-	}
-	if err := s.applySource(v, in); err != nil {
-		return nil, nil, err
-	}
-	if err := s.applyInitRate(v, in); err != nil {
-		return nil, nil, err
-	}
-	if err := checkKmsKeyID(in.KmsKeyID); err != nil {
-		return nil, nil, err
-	}
-	if in.KmsKeyID != "" && !v.Encrypted && !s.ebs.EncryptionByDefault {
-		return nil, nil, errKmsWithoutEncrypted
-	}
-	// Encrypted with the key asked, the source's, or the account's default; always, with encryption by default.
-	v.Encrypted, v.KmsKeyID = s.encryption(v.Encrypted, in.KmsKeyID, v.Encrypted, v.KmsKeyID)
-	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
+	v, err := s.shapeVolume(in, zone)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := validateTags(in.Tags); err != nil {
 		return nil, nil, err
 	}
 	if in.DryRun {
 		return nil, nil, ec2err.DryRun()
 	}
-	v.ID = s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; return ok })
-	s.reserved[v.ID] = struct{}{}
+	v.ID = s.reserveVolumeID()
 	if v.SourceVolumeID != "" {
 		// The copy holds the source's transitions (a delete waits) until its file is made.
 		s.copying[v.SourceVolumeID]++
@@ -164,32 +121,81 @@ func (s *State) planVolume(in CreateVolumeInput, now time.Time) (*Volume, chan s
 	return v, nil, nil
 }
 
-// makeVolume creates the planned volume's file without the state lock, then records the volume.
-func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
-	ctx, cancel := ioCtx()
+// shapeVolume checks what a new volume is asked to be (its source, size, type, performance, encryption and tags)
+// and returns it without an ID: CreateVolume's and CopyVolumes' volume, or one of RunInstances' block devices.
+func (s *State) shapeVolume(in CreateVolumeInput, zone string) (*Volume, error) {
+	v := &Volume{Zone: zone, Type: in.VolumeType, Encrypted: in.Encrypted, KmsKeyID: in.KmsKeyID, MultiAttach: in.MultiAttach}
+	if v.Type == "" {
+		v.Type = "gp2"
+	}
+	if err := s.applySource(v, in); err != nil {
+		return nil, err
+	}
+	if err := s.applyInitRate(v, in); err != nil {
+		return nil, err
+	}
+	if err := checkKmsKeyID(in.KmsKeyID); err != nil {
+		return nil, err
+	}
+	if in.KmsKeyID != "" && !v.Encrypted && !s.ebs.EncryptionByDefault {
+		return nil, errKmsWithoutEncrypted
+	}
+	// Encrypted with the key asked, the source's, or the account's default; always, with encryption by default.
+	v.Encrypted, v.KmsKeyID = s.encryption(v.Encrypted, in.KmsKeyID, v.Encrypted, v.KmsKeyID)
 	var err error
+	v.Iops, v.Throughput, err = volumeSpec{Type: v.Type, SizeGiB: v.SizeGiB, Iops: in.Iops, Throughput: in.Throughput, MultiAttach: in.MultiAttach}.settle()
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTags(in.Tags); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// reserveVolumeID picks a new volume ID and holds it while the volume's file is made without the lock.
+func (s *State) reserveVolumeID() string {
+	id := s.uniqueID("vol", func(id string) bool { _, ok := s.volumes[id]; _, r := s.reserved[id]; return ok || r })
+	s.reserved[id] = struct{}{}
+	return id
+}
+
+// createFile makes a planned volume's file: empty, a snapshot restored, or a volume copied. It runs without the
+// state lock.
+func (s *State) createFile(v *Volume) error {
+	ctx, cancel := ioCtx()
+	defer cancel()
 	switch {
 	case v.SnapshotID != "":
-		err = s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
+		return s.backend.RestoreVolume(ctx, v.ID, v.SnapshotID, gib(v.SizeGiB))
 	case v.SourceVolumeID != "":
-		err = s.backend.CopyVolume(ctx, v.ID, v.SourceVolumeID, gib(v.SizeGiB))
-	default:
-		err = s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
+		return s.backend.CopyVolume(ctx, v.ID, v.SourceVolumeID, gib(v.SizeGiB))
 	}
-	cancel()
+	return s.backend.CreateVolume(ctx, v.ID, gib(v.SizeGiB))
+}
+
+// fileError answers a volume file that could not be made: its source gone meanwhile, or the data directory's
+// failure.
+func fileError(v *Volume, err error) error {
+	klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
+	switch {
+	case errors.Is(err, blockdev.ErrNotFound) && v.SourceVolumeID != "":
+		return notFound(ec2err.CodeInvalidVolumeNotFound, "volume", []string{v.SourceVolumeID})
+	case errors.Is(err, blockdev.ErrNotFound):
+		return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
+	}
+	return storageError(err, v.SizeGiB)
+}
+
+// makeVolume creates the planned volume's file without the state lock, then records the volume.
+func (s *State) makeVolume(v *Volume, in CreateVolumeInput) (Volume, error) {
+	err := s.createFile(v)
 	var out Volume
 	merr := s.mutate(func(now time.Time) error {
 		// The reservation ends first, so that a failed commit removes the file as an orphan.
 		s.release(v, in.ClientToken)
 		if err != nil {
-			klog.ErrorS(err, "Creating volume file failed", "volumeID", v.ID)
-			if errors.Is(err, blockdev.ErrNotFound) && v.SourceVolumeID != "" {
-				return notFound(ec2err.CodeInvalidVolumeNotFound, "volume", []string{v.SourceVolumeID})
-			}
-			if errors.Is(err, blockdev.ErrNotFound) {
-				return notFound(ec2err.CodeInvalidSnapshotNotFound, "snapshot", []string{v.SnapshotID})
-			}
-			return storageError(err, v.SizeGiB)
+			return fileError(v, err)
 		}
 		v.State, v.CreateTime, v.DueAt = VolumeCreating, now, now.Add(s.cfg.Durations.VolumeCreate)
 		v.Tags = slices.Clone(in.Tags)
