@@ -187,6 +187,16 @@ func TestDocumentedFilters(t *testing.T) {
 		return namesOf(out, err, func(o *ec2.DescribeAvailabilityZonesOutput) []types.AvailabilityZone { return o.AvailabilityZones },
 			func(z types.AvailabilityZone) *string { return z.ZoneName })
 	}
+	instances := func(name, value string) ([]string, error) {
+		out, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: append(one(name, value), one("instance-id", fakecloudtest.InstanceA)...)})
+		var insts []types.Instance
+		if err == nil {
+			for _, r := range out.Reservations {
+				insts = append(insts, r.Instances...)
+			}
+		}
+		return namesOf(&insts, err, func(o *[]types.Instance) []types.Instance { return *o }, func(i types.Instance) *string { return i.InstanceId })
+	}
 	for _, tc := range []struct {
 		name, filter, value string
 		list                func(string, string) ([]string, error)
@@ -203,6 +213,11 @@ func TestDocumentedFilters(t *testing.T) {
 		{"no time-based snapshot", "transfer-type", "time-based", snapshots, nil},
 		{"modification keeping multi-attach off", "targetMultiAttachEnabled", "false", modified, []string{vol}},
 		{"no modification from multi-attach", "originalMultiAttachEnabled", "true", modified, nil},
+		{"instance by zone ID", "availability-zone-id", zoneID, instances, []string{fakecloudtest.InstanceA}},
+		{"instance by architecture", "architecture", "x86_64", instances, []string{fakecloudtest.InstanceA}},
+		{"instance by owner", "owner-id", env.Server.State.AccountID(), instances, []string{fakecloudtest.InstanceA}},
+		{"EBS-backed instance", "root-device-type", "ebs", instances, []string{fakecloudtest.InstanceA}},
+		{"no spot instance", "instance-lifecycle", "spot", instances, nil},
 		{"zone needing no opt-in", "opt-in-status", "opt-in-not-required", zoneNames, []string{"us-east-1a", "us-east-1b", "us-east-1c"}},
 		{"zone by its group", "group-name", "us-east-1-zg-1", zoneNames, []string{"us-east-1a", "us-east-1b", "us-east-1c"}},
 		{"no zone has a parent", "parent-zone-name", "us-east-1a", zoneNames, nil},

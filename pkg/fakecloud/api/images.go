@@ -60,7 +60,7 @@ func (h *Handler) describeImages(p *params) (response, error) {
 	for i, im := range images {
 		out.Images[i] = imageXML{ImageID: im.ID, ImageLocation: "amazon/" + im.Name, ImageState: "available", ImageOwnerID: im.OwnerID,
 			CreationDate: im.CreationDate, IsPublic: true, Architecture: im.Architecture, ImageType: "machine", ImageOwnerAlias: im.OwnerAlias,
-			Name: im.Name, Description: im.Description, RootDeviceType: "ebs", RootDeviceName: im.RootDevice,
+			Name: im.Name, Description: im.Description, RootDeviceType: state.RootDeviceType, RootDeviceName: im.RootDevice,
 			BlockDeviceMapping: []imageBlockDeviceXML{{DeviceName: im.RootDevice,
 				Ebs: imageEbsXML{DeleteOnTermination: true, VolumeSize: im.RootSizeGiB, VolumeType: im.RootType}}},
 			VirtualizationType: "hvm", Hypervisor: "xen", EnaSupport: true, PlatformDetails: "Linux/UNIX", UsageOperation: "RunInstances"}

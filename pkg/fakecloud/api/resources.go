@@ -178,8 +178,8 @@ func (h *Handler) describeInstances(p *params) (response, error) {
 func (h *Handler) instanceOf(inst state.InstanceView) instanceXML {
 	x := instanceXML{InstanceID: inst.ID, ImageID: inst.ImageID(), State: instanceStateOf(inst.State), Reason: inst.TransitionReason,
 		InstanceType: inst.InstanceType, LaunchTime: ec2Time(inst.LaunchTime), Architecture: inst.Architecture(),
-		Placement:      placementXML{AvailabilityZone: inst.Zone, AvailabilityZoneID: h.zoneIDs[inst.Zone], Tenancy: "default"},
-		RootDeviceType: "ebs", RootDeviceName: "/dev/xvda", Tags: tagsXML(inst.Tags)}
+		Placement:      placementXML{AvailabilityZone: inst.Zone, AvailabilityZoneID: h.zoneIDs[inst.Zone], Tenancy: state.Tenancy},
+		RootDeviceType: state.RootDeviceType, RootDeviceName: state.RootDevice, Tags: tagsXML(inst.Tags)}
 	if inst.Launch != nil {
 		x.AmiLaunchIndex, x.ClientToken = inst.Launch.LaunchIndex, inst.Launch.ClientToken
 	}

@@ -15,10 +15,43 @@ import (
 // could select by; every other documented filter must be accepted.
 var unmodelled = map[string]map[string]string{
 	"DescribeAvailabilityZones": {"group-long-name": "fakecloud shows no long group name"},
+	"DescribeInstances": namesFor("fakecloud models no networking: no addresses, DNS names, subnets, VPCs or security groups",
+		"dns-name", "ip-address", "ipv6-address", "private-dns-name", "private-ip-address", "source-dest-check", "subnet-id",
+		"vpc-id", "instance.group-id", "instance.group-name", "requester-id", "key-name"),
+	"DescribeImages": namesFor("fakecloud shows none of these image attributes",
+		"free-tier-eligible", "image-allowed", "manifest-location", "sriov-net-support"),
+}
+
+// namesFor lists names under one reason.
+func namesFor(reason string, names ...string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = reason
+	}
+	return out
 }
 
 // unmodelledPrefixes are whole families of filters on what fakecloud does not model.
-var unmodelledPrefixes = map[string]map[string]string{}
+var unmodelledPrefixes = map[string]map[string]string{
+	"DescribeInstances": {
+		"network-interface.":           "fakecloud models no network interfaces",
+		"network-performance-options.": "fakecloud models no networking",
+		"metadata-options.":            "the metadata service's options are not modelled",
+		"capacity-reservation":         "fakecloud has no capacity reservations",
+		"private-dns-name-options.":    "fakecloud models no DNS",
+		"iam-instance-profile.":        "fakecloud has no IAM",
+		"enclave-options.":             "fakecloud instances have no compute",
+		"hibernation-options.":         "fakecloud instances have no compute",
+		"maintenance-options.":         "fakecloud instances have no compute",
+		"usage-operation":              "fakecloud has no billing",
+		// One name each, but the same family of what an instance with no compute does not show.
+		"affinity": "no dedicated hosts", "host-id": "no dedicated hosts", "placement-": "no placement groups",
+		"boot-mode": "no firmware", "current-instance-boot-mode": "no firmware", "tpm-support": "no firmware",
+		"ebs-optimized": "not shown", "ena-support": "not shown", "hypervisor": "not shown",
+		"virtualization-type": "not shown", "monitoring-state": "no CloudWatch", "outpost-arn": "no Outposts",
+		"platform-details": "no billing",
+	},
+}
 
 func unmodelledReason(action, name string) string {
 	if r := unmodelled[action][name]; r != "" {
@@ -38,7 +71,8 @@ func TestModelFilters(t *testing.T) {
 	found := fakecloudtest.LocateModel(t)
 	env := fakecloudtest.Start(t, fakecloudtest.Options{})
 	for _, action := range []string{"DescribeVolumes", "DescribeSnapshots", "DescribeVolumesModifications", "DescribeVolumeStatus",
-		"DescribeTags", "DescribeAvailabilityZones", "DescribeFastSnapshotRestores", "DescribeLockedSnapshots", "DescribeSnapshotTierStatus"} {
+		"DescribeTags", "DescribeAvailabilityZones", "DescribeFastSnapshotRestores", "DescribeLockedSnapshots", "DescribeSnapshotTierStatus",
+		"DescribeInstances", "DescribeImages"} {
 		names := found.Model.FilterNames(action)
 		if len(names) == 0 {
 			t.Errorf("%s: the model (%s) documents no filters", action, found.Package)

@@ -66,7 +66,7 @@ var imageFields = fields[Image]{
 	"state":                            func(*Image) []string { return []string{"available"} },
 	"is-public":                        func(*Image) []string { return []string{"true"} },
 	"image-type":                       func(*Image) []string { return []string{"machine"} },
-	"root-device-type":                 func(*Image) []string { return []string{"ebs"} },
+	"root-device-type":                 func(*Image) []string { return []string{RootDeviceType} },
 	"root-device-name":                 func(im *Image) []string { return []string{im.RootDevice} },
 	"virtualization-type":              func(*Image) []string { return []string{"hvm"} },
 	"hypervisor":                       func(*Image) []string { return []string{"xen"} },
@@ -80,6 +80,19 @@ var imageFields = fields[Image]{
 	"block-device-mapping.volume-type":           func(im *Image) []string { return []string{im.RootType} },
 	"block-device-mapping.delete-on-termination": func(*Image) []string { return []string{"true"} },
 	"block-device-mapping.encrypted":             func(*Image) []string { return []string{"false"} },
+	// What none of the catalog's images has: a root snapshot, a kernel or ramdisk of its own (HVM), a source
+	// (none is a copy), product codes, a platform (none is Windows) or a failed state.
+	"block-device-mapping.snapshot-id": noValues[Image],
+	"kernel-id":                        noValues[Image],
+	"ramdisk-id":                       noValues[Image],
+	"source-image-id":                  noValues[Image],
+	"source-image-region":              noValues[Image],
+	"source-instance-id":               noValues[Image],
+	"product-code":                     noValues[Image],
+	"product-code.type":                noValues[Image],
+	"platform":                         noValues[Image],
+	"state-reason-code":                noValues[Image],
+	"state-reason-message":             noValues[Image],
 }
 
 // DescribeImagesInput is DescribeImages' request: image IDs, owners (account IDs, or amazon or self) and filters.

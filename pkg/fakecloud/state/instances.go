@@ -146,7 +146,54 @@ var instanceFields = fields[InstanceView]{
 	"block-device-mapping.device-name": func(v *InstanceView) []string {
 		return mapAttachments(v, func(a Attachment) string { return a.Device })
 	},
+	"block-device-mapping.status": func(v *InstanceView) []string {
+		return mapAttachments(v, func(a Attachment) string { return a.State })
+	},
+	"block-device-mapping.delete-on-termination": func(v *InstanceView) []string {
+		return mapAttachments(v, func(a Attachment) string { return strconv.FormatBool(a.DeleteOnTermination) })
+	},
+	"block-device-mapping.attach-time": func(v *InstanceView) []string {
+		var out []string
+		for _, a := range v.Attachments {
+			out = append(out, timeValues(a.AttachTime)...)
+		}
+		return out
+	},
+	"architecture":         func(v *InstanceView) []string { return []string{v.Architecture()} },
+	"launch-time":          func(v *InstanceView) []string { return timeValues(v.LaunchTime) },
+	"reason":               func(v *InstanceView) []string { return []string{v.TransitionReason} },
+	"state-reason-code":    func(v *InstanceView) []string { return []string{v.StateReason} },
+	"state-reason-message": func(v *InstanceView) []string { return []string{StateReasonMessage(v.StateReason)} },
+	"root-device-name":     func(*InstanceView) []string { return []string{rootDevice} },
+	"root-device-type":     func(*InstanceView) []string { return []string{RootDeviceType} },
+	"tenancy":              func(*InstanceView) []string { return []string{Tenancy} },
+	// What no fakecloud instance has: a service managing it, a spot or scheduled lifecycle, product codes, a
+	// platform (none is Windows), a kernel or ramdisk of its own (HVM).
+	"operator.managed":         func(*InstanceView) []string { return []string{"false"} },
+	"operator.principal":       noValues[InstanceView],
+	"instance-lifecycle":       noValues[InstanceView],
+	"spot-instance-request-id": noValues[InstanceView],
+	"product-code":             noValues[InstanceView],
+	"product-code.type":        noValues[InstanceView],
+	"platform":                 noValues[InstanceView],
+	"kernel-id":                noValues[InstanceView],
+	"ramdisk-id":               noValues[InstanceView],
+	"launch-index": func(v *InstanceView) []string {
+		if v.Launch == nil {
+			return []string{"0"}
+		}
+		return []string{strconv.Itoa(int(v.Launch.LaunchIndex))}
+	},
 }
+
+// Every fakecloud instance is EBS-backed on shared hardware.
+const (
+	RootDeviceType = "ebs"
+	Tenancy        = "default"
+)
+
+// RootDevice is the root device name of every instance.
+const RootDevice = rootDevice
 
 func mapAttachments(v *InstanceView, get func(Attachment) string) []string {
 	out := make([]string, 0, len(v.Attachments))
@@ -165,7 +212,9 @@ func (s *State) DescribeInstances(in DescribeInput) ([]InstanceView, string, err
 	)
 	s.read(func(time.Time) {
 		var match func(*InstanceView) bool
-		if match, err = instanceFields.compile(in.Filters, func(v *InstanceView) []Tag { return v.Tags }); err != nil {
+		byAccount := withField(instanceFields, "owner-id", func(*InstanceView) []string { return []string{s.cfg.AccountID} })
+		byZoneID := withField(byAccount, "availability-zone-id", func(v *InstanceView) []string { return s.zoneIDs(v.Zone) })
+		if match, err = byZoneID.compile(in.Filters, func(v *InstanceView) []Tag { return v.Tags }); err != nil {
 			return
 		}
 		byInstance := s.attachmentsByInstance()

@@ -92,6 +92,9 @@ func timeValues(t time.Time) []string {
 	return []string{u.Format(time.RFC3339), u.Format("2006-01-02T15:04:05.000Z")}
 }
 
+// noValues is the field of an attribute no record has: its filter matches none.
+func noValues[T any](*T) []string { return nil }
+
 // fields maps a filter name to the values of a record it matches against.
 type fields[T any] map[string]func(*T) []string
 
