@@ -44,13 +44,14 @@ need=(
 	mount:mount mount:umount mount:losetup                 # the node's mounts; fakecloud's loop devices
 	git:git                                                # the Makefile's version stamp; the e2e's run record
 	util-linux:blkid util-linux:blockdev util-linux:fsck   # mount-utils' format detection and checks
-	e2fsprogs:mkfs.ext4 e2fsprogs:e2fsck e2fsprogs:resize2fs e2fsprogs:dumpe2fs
+	e2fsprogs:mkfs.ext4 e2fsprogs:mkfs.ext3 e2fsprogs:e2fsck e2fsprogs:resize2fs e2fsprogs:dumpe2fs
 	xfsprogs:mkfs.xfs xfsprogs:xfs_growfs xfsprogs:xfs_info xfsprogs:xfs_io
 )
 if [[ "$mode" == test ]]; then
 	need+=(
 		gcc:gcc libc6-dev:/usr/include/stdio.h # go test -race needs cgo
 		fdisk:sfdisk             # node tests: a partition table the driver must refuse to format
+		e2fsprogs:tune2fs        # node tests: ext4 bigalloc's cluster size
 		strace:strace            # pkg/blkprobe: the bytes blkid reads of a blank device
 		awscli:/usr/bin/aws      # test/clients: AWS CLI v2; its botocore holds EC2's model (pkg/fakecloud/ec2model)
 		curl:curl                # test/clients, the kind script

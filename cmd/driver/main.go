@@ -47,6 +47,7 @@ type options struct {
 	maxVolumes                         int64
 	maxFormat                          int
 	stateDir                           string
+	legacyXFS                          bool
 	shutdownWait                       time.Duration
 	identityWait                       time.Duration
 	loopNodes                          int
@@ -85,6 +86,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
 	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes attached to it outside the driver, counted again at each NodeGetInfo)")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
+	flag.BoolVar(&o.legacyXFS, "legacy-xfs", false, "format xfs volumes without reflink, bigtime, inobtcount and nrext64 (those the installed mkfs.xfs knows), so that nodes with kernels up to 5.4 can mount them (node mode)")
 	flag.StringVar(&o.stateDir, "state-dir", driver.DefaultStateDir, "where the node plugin keeps what must outlive it (unfinished mkfs runs, devices of Xen volumes); on the host")
 	flag.DurationVar(&o.shutdownWait, "shutdown-wait", 25*time.Second, "on SIGTERM while its Node is drained or shut down, how long the node plugin keeps serving until the Node holds none of the driver's VolumeAttachments; below the pod's terminationGracePeriodSeconds (0: exit at once)")
 	o.common = cli.AddFlags(flag.CommandLine, "driver")
@@ -260,7 +262,7 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 	klog.InfoS("Node identity", "instanceID", id.InstanceID, "zone", id.Zone, "instanceType", id.InstanceType,
 		"bootVolumes", id.BootVolumes, "maxVolumes", limit)
 	nodeOpts := driver.NodeOptions{InstanceID: id.InstanceID, Zone: id.Zone, MaxVolumesPerNode: limit,
-		MaxConcurrentFormat: o.maxFormat, StateDir: o.stateDir}
+		MaxConcurrentFormat: o.maxFormat, StateDir: o.stateDir, LegacyXFS: o.legacyXFS}
 	var life *nodeLife
 	if client != nil {
 		attachments := nodelife.NewAttachments(client, o.name, o.nodeName)

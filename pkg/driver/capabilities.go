@@ -43,8 +43,8 @@ func checkCapabilities(caps []*csi.VolumeCapability) (capabilityNeeds, error) {
 			n.block = true
 		case *csi.VolumeCapability_Mount:
 			fs := at.Mount.GetFsType()
-			if fs != "" && fs != FSExt4 && fs != FSXFS {
-				return n, fmt.Errorf("filesystem %q is not supported (ext4, xfs)", fs)
+			if fs != "" && !supportedFS(fs) {
+				return n, fmt.Errorf("filesystem %q is not supported (%s)", fs, fsTypes)
 			}
 			if fs != "" {
 				n.fsType = fs

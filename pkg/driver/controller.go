@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +107,12 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	if needs.fsType != "" && params.fsType != "" && needs.fsType != params.fsType {
 		return nil, status.Errorf(codes.InvalidArgument, "capability asks for %s but parameter %s says %s", needs.fsType, ParamFSType, params.fsType)
+	}
+	if !needs.block {
+		// The filesystem the node will make: the provisioner puts the class's (or its default) in the capability.
+		if err := checkFormatOptions(cmp.Or(needs.fsType, params.fsType, DefaultFS), params.format); err != nil {
+			return nil, rpcError(err)
+		}
 	}
 	opts := params.disk
 	if needs.multiNode {

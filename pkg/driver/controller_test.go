@@ -94,6 +94,7 @@ func TestControllerCreateVolume(t *testing.T) {
 		zone     string
 		sizeGiB  int64
 		volCtxFS string
+		volCtx   map[string]string // format options the volume context must carry
 	}{
 		{name: "preferred zone first", req: &csi.CreateVolumeRequest{Name: "pvc-a", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
 			AccessibilityRequirements: &csi.TopologyRequirement{Requisite: zoneReq("us-east-1a", "us-east-1b"), Preferred: zoneReq("us-east-1b")}},
@@ -124,6 +125,19 @@ func TestControllerCreateVolume(t *testing.T) {
 		{name: "missing snapshot", req: &csi.CreateVolumeRequest{Name: "pvc-i", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
 			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: "snap-0123456789abcdef0"}}}},
 			code: codes.NotFound},
+		{name: "bigalloc on the default filesystem", req: &csi.CreateVolumeRequest{Name: "pvc-j", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{"ext4BigAlloc": "true", "Ext4ClusterSize": "16384"}}, zone: "us-east-1a", sizeGiB: DefaultVolumeSizeGiB,
+			volCtx: map[string]string{ContextExt4BigAlloc: "true", ContextExt4ClusterSize: "16384"}},
+		// The provisioner puts the class's filesystem (or its --default-fstype) in the capability.
+		{name: "bigalloc where the capability asks for xfs", req: &csi.CreateVolumeRequest{Name: "pvc-k",
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap(FSXFS, rwo)}, Parameters: map[string]string{"ext4BigAlloc": "true"}},
+			code: codes.InvalidArgument, errText: "ext4BigAlloc"},
+		{name: "bigalloc where the capability asks for ext3", req: &csi.CreateVolumeRequest{Name: "pvc-l",
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap(FSExt3, rwo)}, Parameters: map[string]string{"ext4BigAlloc": "true"}},
+			code: codes.InvalidArgument, errText: "ext3"},
+		{name: "ext3", req: &csi.CreateVolumeRequest{Name: "pvc-m", VolumeCapabilities: []*csi.VolumeCapability{mountCap(FSExt3, rwo)},
+			Parameters: map[string]string{ParamFSType: "ext3", "blockSize": "1024"}}, zone: "us-east-1a", sizeGiB: DefaultVolumeSizeGiB,
+			volCtxFS: "ext3", volCtx: map[string]string{ContextBlockSize: "1024"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +153,11 @@ func TestControllerCreateVolume(t *testing.T) {
 			if seg[topology.ZoneKey] != tc.zone || seg[topology.WellKnownZoneKey] != tc.zone || v.GetCapacityBytes() != tc.sizeGiB*gib ||
 				v.GetVolumeContext()[ParamFSType] != tc.volCtxFS {
 				t.Errorf("volume = %+v", v)
+			}
+			for k, want := range tc.volCtx {
+				if got := v.GetVolumeContext()[k]; got != want {
+					t.Errorf("volume context %s = %q, want %q (all: %v)", k, got, want, v.GetVolumeContext())
+				}
 			}
 		})
 	}

@@ -159,9 +159,9 @@ func (n *NodeServer) deviceFingerprint(dev string) (string, error) {
 }
 
 // formatBlank runs mkfs on the volume's device, which existingFormat has found blank (or holding the node's
-// unfinished mkfs), with the flags mount-utils gives mkfs (ext4: -F -m0; xfs: -f) after the volume's format
-// options. The run is recorded first and the record removed after it (nodeState): a run that does not finish
-// is redone by the next stage. Runs are bounded by the node's format tokens; a token comes back after
+// unfinished mkfs), with the flags mount-utils gives mkfs (ext3, ext4: -F -m0; xfs: -f) after the volume's
+// format options. The run is recorded first and the record removed after it (nodeState): a run that does not
+// finish is redone by the next stage. Runs are bounded by the node's format tokens; a token comes back after
 // formatTokenTimeout even when mkfs hangs. mkfs is not tied to the caller's context: a run killed half-way
 // would leave a device that is neither blank nor a filesystem (the volume's in-flight hold lasts until it
 // ends, so a retry cannot start another).
@@ -180,7 +180,7 @@ func (n *NodeServer) formatBlank(volumeID, dev, fsType string, formatOpts []stri
 	}()
 	args := slices.Clone(formatOpts)
 	switch fsType {
-	case FSExt4:
+	case FSExt3, FSExt4:
 		args = append(args, "-F", "-m0")
 	case FSXFS:
 		args = append(args, "-f")
@@ -221,4 +221,39 @@ func (n *NodeServer) mountStaged(volumeID, dev, staging, fsType, existing string
 		}
 	}
 	return n.host.mount(dev, staging, fsType, append(slices.Clone(opts), "defaults"))
+}
+
+// legacyXFSFeatures are the mkfs.xfs features (option group and name) the EBS driver's --legacy-xfs turns off
+// for kernels up to 5.4: inobtcount and bigtime need kernel 5.10, nrext64 5.19; reflink is off too, as there.
+var legacyXFSFeatures = []struct{ flag, name string }{
+	{"-m", "reflink"}, {"-m", "inobtcount"}, {"-m", "bigtime"}, {"-i", "nrext64"},
+}
+
+// legacyXFSOptions are the mkfs.xfs arguments turning off the legacyXFSFeatures the installed mkfs.xfs knows
+// (an older one knows fewer, and refuses the option of a feature it never makes): "-m reflink=0,..." and
+// "-i nrext64=0". mkfs.xfs takes several -m and -i, so they go beside a volume's inode size.
+func legacyXFSOptions(h host) ([]string, error) {
+	groups := map[string][]string{}
+	var known, unknown []string
+	for _, f := range legacyXFSFeatures {
+		ok, err := h.mkfsXFSKnows(f.flag, f.name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			unknown = append(unknown, f.name)
+			continue
+		}
+		known = append(known, f.name)
+		groups[f.flag] = append(groups[f.flag], f.name+"=0")
+	}
+	var args []string
+	for _, flag := range []string{"-m", "-i"} {
+		if len(groups[flag]) > 0 {
+			args = append(args, flag, strings.Join(groups[flag], ","))
+		}
+	}
+	klog.InfoS("Legacy xfs: volumes are formatted without the features older kernels cannot mount", "off", known,
+		"unknownToMkfsXFS", unknown, "options", args)
+	return args, nil
 }

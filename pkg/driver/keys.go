@@ -16,6 +16,10 @@ const (
 	ContextInodeSize      = "inodeSize"
 	ContextBytesPerInode  = "bytesPerInode"
 	ContextNumberOfInodes = "numberOfInodes"
+	// ContextExt4BigAlloc is "true" for ext4 with clustered allocation (mke2fs -O bigalloc), ContextExt4ClusterSize
+	// its cluster size in bytes (-C): a database's pages then sit in one cluster each, never torn across two.
+	ContextExt4BigAlloc    = "ext4BigAlloc"
+	ContextExt4ClusterSize = "ext4ClusterSize"
 
 	// ContextBlockAttachUntilInitialized ("true", from the class's blockAttachUntilInitialized) makes
 	// ControllerPublishVolume wait for the disk's initialization before it attaches the disk.
@@ -24,7 +28,18 @@ const (
 
 // Filesystems the node can format.
 const (
+	FSExt3    = "ext3"
 	FSExt4    = "ext4"
 	FSXFS     = "xfs"
 	DefaultFS = FSExt4
 )
+
+// fsTypes lists the filesystems the node formats, for errors.
+const fsTypes = "ext3, ext4, xfs"
+
+// supportedFS reports whether the node can format fs.
+func supportedFS(fs string) bool { return fs == FSExt3 || fs == FSExt4 || fs == FSXFS }
+
+// extFS reports whether fs is one of the ext family mke2fs makes, which e2fsck checks and resize2fs and the
+// kernel's ext4 driver (mounting ext3 too) grow.
+func extFS(fs string) bool { return fs == FSExt3 || fs == FSExt4 }

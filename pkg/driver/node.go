@@ -63,6 +63,9 @@ type NodeOptions struct {
 	// StateDir keeps what the node must remember across restarts of the plugin (see node_state.go); "" keeps
 	// it in memory only, for tests. cmd/driver sets DefaultStateDir unless told otherwise.
 	StateDir string
+	// LegacyXFS formats xfs without the features kernels before 5.x cannot mount (the EBS driver's
+	// --legacy-xfs): reflink, bigtime, inobtcount and nrext64, those the installed mkfs.xfs knows.
+	LegacyXFS bool
 
 	// host is the machine; nil means the real one (tests set a fake).
 	host host
@@ -84,6 +87,8 @@ type NodeServer struct {
 	// provenBlank: blkprobe's proof that a device is blank holds for the installed blkid, so a device it
 	// proves blank is formatted without asking blkid.
 	provenBlank bool
+	// legacyXFS are the mkfs.xfs arguments LegacyXFS adds, probed at start.
+	legacyXFS []string
 }
 
 // NewNodeServer serves the node RPCs of the instance o describes.
@@ -130,6 +135,11 @@ func NewNodeServer(o NodeOptions) (*NodeServer, error) {
 	n := &NodeServer{opts: o, host: h, sys: sys, devices: devices, state: state, inFlight: newInFlight(nil), boot: boot,
 		formatTokens: make(chan struct{}, o.MaxConcurrentFormat)}
 	n.provenBlank = provenBlankHolds(h)
+	if o.LegacyXFS {
+		if n.legacyXFS, err = legacyXFSOptions(h); err != nil {
+			return nil, fmt.Errorf("node: legacy xfs: %w", err)
+		}
+	}
 	return n, nil
 }
 
@@ -258,11 +268,11 @@ func stageFilesystem(capability string, volumeContext map[string]string) (string
 	if fs == "" {
 		fs = volumeContext[ParamFSType]
 	}
-	switch fs {
-	case "":
+	switch {
+	case fs == "":
 		return DefaultFS, nil
-	case FSExt4, FSXFS:
+	case supportedFS(fs):
 		return fs, nil
 	}
-	return "", status.Errorf(codes.InvalidArgument, "volume context names filesystem %q (ext4, xfs)", fs)
+	return "", status.Errorf(codes.InvalidArgument, "volume context names filesystem %q (%s)", fs, fsTypes)
 }

@@ -64,8 +64,8 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		}
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 	}
-	if fsType := at.mount.FSType; fsType != FSExt4 && fsType != FSXFS {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (ext4, xfs)", fsType, path)
+	if fsType := at.mount.FSType; !supportedFS(fsType) {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s at %s cannot be grown (%s)", fsType, path, fsTypes)
 	}
 	capacity, err := n.host.growFS(ctx, at.mount.FSType, at.dev, path)
 	if err != nil {
@@ -113,14 +113,15 @@ func (n *NodeServer) volumeAtPath(volumeID, path string, blockCap bool) (volumeA
 	return volumeAt{dev: dev, mount: mi}, nil
 }
 
-// growExt4Offline grows an unmounted ext4 to its device at stage, where no mount needs CAP_SYS_RESOURCE.
-func (n *NodeServer) growExt4Offline(ctx context.Context, dev string, rdev uint64) error {
+// growExt4Offline grows an unmounted ext4 (or ext3) to its device at stage, where no mount needs
+// CAP_SYS_RESOURCE.
+func (n *NodeServer) growExt4Offline(ctx context.Context, fsType, dev string, rdev uint64) error {
 	if mounts, err := mountsOfDevice(n.host, rdev); err != nil || len(mounts) > 0 {
 		// resize2fs on a mounted filesystem would attempt the online resize this path avoids.
 		klog.V(4).InfoS("Not growing ext4 offline: device is mounted", "device", dev, "err", err)
 		return nil
 	}
-	_, err := n.host.growFS(ctx, FSExt4, dev, "")
+	_, err := n.host.growFS(ctx, fsType, dev, "")
 	return err
 }
 
@@ -131,9 +132,18 @@ func (h *realHost) growFS(ctx context.Context, fsType, dev, mountPoint string) (
 			klog.InfoS("Growing xfs", "device", dev, "mountPoint", mountPoint, "to", bs*newBlocks)
 			return h.resizeFs(dev, mountPoint)
 		})
-	case fsType == FSExt4 && mountPoint == "":
-		return h.growToDevice(dev, func() (int64, int64, error) { return h.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
-			klog.InfoS("Growing ext4 offline", "device", dev, "to", bs*newBlocks)
+	case extFS(fsType) && mountPoint == "":
+		var bigalloc bool
+		geometry := func() (int64, int64, error) {
+			out, err := h.dumpe2fs(ctx, dev)
+			bigalloc = ext4Bigalloc.Match(out)
+			if err != nil {
+				return 0, 0, err
+			}
+			return parseGeometry(out, ext4BlockSize, 1, ext4BlockCount, 1)
+		}
+		return h.growToDevice(dev, geometry, func(bs, newBlocks int64) error {
+			klog.InfoS("Growing ext4 offline", "device", dev, "to", bs*newBlocks, "bigalloc", bigalloc)
 			// resize2fs wants a freshly checked filesystem.
 			if out, err := h.mounter.Exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil {
 				// 1 and 2: errors were corrected.
@@ -142,14 +152,22 @@ func (h *realHost) growFS(ctx context.Context, fsType, dev, mountPoint string) (
 					return fmt.Errorf("e2fsck -f -p %s before growing: %w: %s", dev, err, out)
 				}
 			}
+			if bigalloc {
+				// resize2fs grows bigalloc (e2fsprogs 1.43 and later) but, offline, only when forced ("has not
+				// been fully tested"); e2fsck has just checked the filesystem, the one check -f skips.
+				if out, err := h.mounter.Exec.CommandContext(ctx, "resize2fs", "-f", dev).CombinedOutput(); err != nil {
+					return fmt.Errorf("grow the filesystem on %s: resize2fs -f: %w: %s", dev, err, out)
+				}
+				return nil
+			}
 			return h.resizeFs(dev, "")
 		})
-	case fsType == FSExt4:
+	case extFS(fsType):
 		return h.growToDevice(dev, func() (int64, int64, error) { return h.ext4Geometry(ctx, dev) }, func(bs, newBlocks int64) error {
 			return growExt4Online(dev, mountPoint, bs, newBlocks)
 		})
 	}
-	return 0, fmt.Errorf("%s cannot be grown (ext4, xfs)", fsType)
+	return 0, fmt.Errorf("%s cannot be grown (%s)", fsType, fsTypes)
 }
 
 // growToDevice grows a filesystem when its device is larger by a block or more, and returns the filesystem's
@@ -208,17 +226,27 @@ func growExt4Online(dev, mountPoint string, bs, newBlocks int64) error {
 var (
 	ext4BlockCount = regexp.MustCompile(`(?m)^Block count:\s+(\d+)\s*$`)
 	ext4BlockSize  = regexp.MustCompile(`(?m)^Block size:\s+(\d+)\s*$`)
+	ext4Bigalloc   = regexp.MustCompile(`(?m)^Filesystem features:.*\sbigalloc(\s|$)`)
 	xfsData        = regexp.MustCompile(`(?m)^data\s+=\s+bsize=(\d+)\s+blocks=(\d+)`)
 )
 
 // ext4Geometry reads block size and block count from the superblock (dumpe2fs -h); statfs would leave the
 // metadata overhead out.
 func (h *realHost) ext4Geometry(ctx context.Context, dev string) (blockSize, blocks int64, err error) {
-	out, err := h.mounter.Exec.CommandContext(ctx, "dumpe2fs", "-h", dev).Output()
+	out, err := h.dumpe2fs(ctx, dev)
 	if err != nil {
-		return 0, 0, fmt.Errorf("dumpe2fs -h %s: %w", dev, err)
+		return 0, 0, err
 	}
 	return parseGeometry(out, ext4BlockSize, 1, ext4BlockCount, 1)
+}
+
+// dumpe2fs is what dumpe2fs -h says of the superblock on dev.
+func (h *realHost) dumpe2fs(ctx context.Context, dev string) ([]byte, error) {
+	out, err := h.mounter.Exec.CommandContext(ctx, "dumpe2fs", "-h", dev).Output()
+	if err != nil {
+		return nil, fmt.Errorf("dumpe2fs -h %s: %w", dev, err)
+	}
+	return out, nil
 }
 
 // xfsGeometry reads the data section's block size and count of a mounted XFS.

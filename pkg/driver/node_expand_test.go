@@ -26,33 +26,47 @@ func checkExt4FillsDevice(t *testing.T, e *nodeEnv, dev string, want int64) {
 	}
 }
 
-// TestNodeExt4OfflineGrowth: a volume grown while unstaged is grown at the next stage, before mounting.
+// TestNodeExt4OfflineGrowth: a volume grown while unstaged is grown at the next stage, before mounting: ext4,
+// ext4 with clustered allocation (resize2fs grows bigalloc from e2fsprogs 1.43), ext3.
 func TestNodeExt4OfflineGrowth(t *testing.T) {
 	t.Parallel()
-	e := newNodeEnv(t, NodeOptions{})
-	id, dev := e.volume(ext4Size, nil)
-	vc := mountCap("ext4", rwo)
-	staging := e.path("staging")
-	e.mustStage(id, staging, vc, nil)
-	before := statfsTotal(t, staging)
-	writeFile(t, filepath.Join(staging, "data"), "kept")
-	e.mustUnstage(id, staging)
+	for _, tc := range []struct {
+		name, fs string
+		vctx     map[string]string
+	}{
+		{"ext4", FSExt4, nil},
+		{"ext4 bigalloc", FSExt4, map[string]string{ContextExt4BigAlloc: "true", ContextExt4ClusterSize: "16384", ContextBlockSize: "4096"}},
+		{"ext3", FSExt3, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newNodeEnv(t, NodeOptions{})
+			id, dev := e.volume(ext4Size, nil)
+			vc := mountCap(tc.fs, rwo)
+			staging := e.path("staging")
+			e.mustStage(id, staging, vc, tc.vctx)
+			before := statfsTotal(t, staging)
+			writeFile(t, filepath.Join(staging, "data"), "kept")
+			e.mustUnstage(id, staging)
 
-	const grown = 2 * ext4Size
-	if err := e.backend.ResizeVolume(context.Background(), id, grown); err != nil {
-		t.Fatal(err)
+			const grown = 2 * ext4Size
+			if err := e.backend.ResizeVolume(context.Background(), id, grown); err != nil {
+				t.Fatal(err)
+			}
+			e.mustStage(id, staging, vc, tc.vctx)
+			checkExt4FillsDevice(t, e, dev, grown)
+			after := statfsTotal(t, staging)
+			// The new groups add their blocks minus their own metadata: nearly all of the added size.
+			if after-before < (grown-ext4Size)*9/10 {
+				t.Fatalf("statfs total grew from %d to %d, want about %d more", before, after, grown-ext4Size)
+			}
+			if got := readFile(t, filepath.Join(staging, "data")); got != "kept" {
+				t.Fatalf("data after growth: %q", got)
+			}
+			e.mustUnstage(id, staging)
+			run(t, "e2fsck", "-f", "-n", dev) // the grown filesystem is clean
+		})
 	}
-	e.mustStage(id, staging, vc, nil)
-	checkExt4FillsDevice(t, e, dev, grown)
-	after := statfsTotal(t, staging)
-	// The new groups add their blocks minus their own metadata: nearly all of the added size.
-	if after-before < (grown-ext4Size)*9/10 {
-		t.Fatalf("statfs total grew from %d to %d, want about %d more", before, after, grown-ext4Size)
-	}
-	if got := readFile(t, filepath.Join(staging, "data")); got != "kept" {
-		t.Fatalf("data after growth: %q", got)
-	}
-	e.mustUnstage(id, staging)
 }
 
 // TestNodeExt4OnlineGrowth: online ext4 growth needs CAP_SYS_RESOURCE. Without it NodeExpandVolume fails at

@@ -33,12 +33,18 @@ type fakeMachine struct {
 	boot    string
 	version string // what blkid -V prints
 
-	mu       sync.Mutex
-	devices  map[string]*fakeDevice // by node path
-	table    []fakeMount
-	nextID   int
-	formats  []string // devices mkfs ran on, in order
-	blkidRan int
+	mu      sync.Mutex
+	devices map[string]*fakeDevice // by node path
+	table   []fakeMount
+	nextID  int
+	formats []string // devices mkfs ran on, in order
+	// mkfsArgs are the arguments of each mkfs run (before the device), in order.
+	mkfsArgs [][]string
+	// xfsUnknown names the mkfs.xfs options (reflink, nrext64...) the fake's mkfs.xfs does not know.
+	xfsUnknown []string
+	// xfsProbes counts mkfsXFSKnows calls.
+	xfsProbes int
+	blkidRan  int
 	// formatHook, when set, runs as mkfs starts on dev; an error fails mkfs (after the hook's writes).
 	formatHook func(dev string) error
 	// growHook and unmountHook, when set, run before growFS and unmount; an error fails the call.
@@ -171,6 +177,12 @@ func (m *fakeMachine) ranMkfs() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.formats)
+}
+
+func (m *fakeMachine) ranMkfsArgs() [][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mkfsArgs)
 }
 
 func (m *fakeMachine) ranBlkid() int {
@@ -431,9 +443,10 @@ func (m *fakeMachine) xfsInProgress(dev string) (bool, error) {
 
 func (m *fakeMachine) blkidVersion() (string, error) { return m.version, nil }
 
-func (m *fakeMachine) format(dev, fsType string, _ []string) error {
+func (m *fakeMachine) format(dev, fsType string, args []string) error {
 	m.mu.Lock()
 	m.formats = append(m.formats, dev)
+	m.mkfsArgs = append(m.mkfsArgs, slices.Clone(args))
 	hook := m.formatHook
 	m.mu.Unlock()
 	if hook != nil {
@@ -449,6 +462,13 @@ func (m *fakeMachine) format(dev, fsType string, _ []string) error {
 	}
 	d.fsType, d.fsSize, d.data, d.inProgress = fsType, d.size, 0, false
 	return nil
+}
+
+func (m *fakeMachine) mkfsXFSKnows(_, name string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.xfsProbes++
+	return !slices.Contains(m.xfsUnknown, name), nil
 }
 
 func (m *fakeMachine) repair(string) error { return nil }
@@ -499,8 +519,14 @@ func (m *fakeMachine) sysfs() sysfsView { return m.sys }
 // the env's directory. A device is looked for once: a missing one is not waited for.
 func newFakeEnv(t *testing.T, m *fakeMachine) *nodeEnv {
 	t.Helper()
-	n, err := NewNodeServer(NodeOptions{InstanceID: "i-0fake", Zone: "zone-a", DevDir: m.devDir, DeviceWait: 1,
-		StateDir: t.TempDir(), host: m})
+	return newFakeEnvWith(t, m, NodeOptions{})
+}
+
+// newFakeEnvWith is newFakeEnv with o's other options (LegacyXFS...).
+func newFakeEnvWith(t *testing.T, m *fakeMachine, o NodeOptions) *nodeEnv {
+	t.Helper()
+	o.InstanceID, o.Zone, o.DevDir, o.DeviceWait, o.StateDir, o.host = "i-0fake", "zone-a", m.devDir, 1, t.TempDir(), m
+	n, err := NewNodeServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}

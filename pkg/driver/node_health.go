@@ -168,13 +168,14 @@ func (n *NodeServer) filesystemProblems(ctx context.Context, h *healthReport, mi
 		slices.Contains(super, "ro") && !readOnlyMount(mi):
 		h.add(inaccessible, "FilesystemReadOnlyAfterErrors", fmt.Sprintf("the kernel made the %s filesystem at %s read-only after errors", mi.FSType, path))
 	}
-	if mi.FSType == FSExt4 {
+	// The kernel's ext4 driver mounts ext3 too, and reports both under /sys/fs/ext4.
+	if extFS(mi.FSType) {
 		if name, err := n.sys.kernelName(mountDev(mi)); err == nil {
 			dir := filepath.Join(sysFSExt4, name)
 			if count, err := readSysInt(filepath.Join(dir, "errors_count")); err == nil && count > 0 {
 				fn, _ := os.ReadFile(filepath.Join(dir, "last_error_func"))
-				h.add(degraded, "FilesystemErrors", fmt.Sprintf("ext4 at %s recorded %d errors (last in %s); it needs fsck",
-					path, count, strings.TrimSpace(string(fn))))
+				h.add(degraded, "FilesystemErrors", fmt.Sprintf("%s at %s recorded %d errors (last in %s); it needs fsck",
+					mi.FSType, path, count, strings.TrimSpace(string(fn))))
 			}
 		}
 	}

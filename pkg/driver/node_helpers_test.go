@@ -42,8 +42,8 @@ type nodeEnv struct {
 func newNodeEnv(t *testing.T, opts NodeOptions) *nodeEnv {
 	t.Helper()
 	testutil.SkipUnless(t, blockdev.Available(), "node tests stage real loop devices: need root and /dev/loop-control")
-	testutil.RequireTools(t, "mount", "umount", "blkid", "mkfs.ext4", "mkfs.xfs", "e2fsck", "resize2fs", "dumpe2fs",
-		"xfs_growfs", "xfs_info")
+	testutil.RequireTools(t, "mount", "umount", "blkid", "mkfs.ext4", "mkfs.ext3", "mkfs.xfs", "e2fsck", "resize2fs", "dumpe2fs",
+		"tune2fs", "xfs_growfs", "xfs_info")
 	backend, err := blockdev.NewLoopBackend(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +227,16 @@ func isMounted(t *testing.T, path string) bool {
 		t.Fatalf("mountAt %s: %v", path, err)
 	}
 	return mounted
+}
+
+// mountedFSType is the filesystem type mountinfo gives the mount at path.
+func mountedFSType(t *testing.T, path string) string {
+	t.Helper()
+	mi, mounted, err := mountAt(machine, path)
+	if err != nil || !mounted {
+		t.Fatalf("mountAt %s: %v, mounted %v", path, err, mounted)
+	}
+	return mi.FSType
 }
 
 func statfsTotal(t *testing.T, path string) int64 {

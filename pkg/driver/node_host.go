@@ -54,6 +54,8 @@ type host interface {
 	blkidVersion() (string, error)
 	// format runs mkfs.fsType with args, then dev.
 	format(dev, fsType string, args []string) error
+	// mkfsXFSKnows reports whether the installed mkfs.xfs takes the option flag name=0 (flag "-m" or "-i").
+	mkfsXFSKnows(flag, name string) (bool, error)
 	// repair checks an existing filesystem before it is mounted read-write (fsck -a), as mount-utils does.
 	repair(dev string) error
 	// growFS grows the filesystem on dev (mounted at mountPoint; "" for an unmounted ext4) to the device's
@@ -143,6 +145,20 @@ func (h *realHost) format(dev, fsType string, args []string) error {
 		return fmt.Errorf("mkfs.%s %s: %w: %s", fsType, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// mkfsXFSKnows runs mkfs.xfs -N with the option and no device: it parses its options before it looks for a
+// device, so it names an option it does not know ("unknown option -m bigtime=0") and otherwise stops at the
+// missing device, writing nothing either way. The C locale keeps the message untranslated.
+func (h *realHost) mkfsXFSKnows(flag, name string) (bool, error) {
+	cmd := h.mounter.Exec.Command("mkfs.xfs", "-N", flag, name+"=0")
+	cmd.SetEnv(append(os.Environ(), "LC_ALL=C"))
+	out, err := cmd.CombinedOutput()
+	var ee utilexec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return false, fmt.Errorf("mkfs.xfs -N %s %s=0: %w", flag, name, err)
+	}
+	return !strings.Contains(string(out), "unknown option"), nil
 }
 
 // fsck's exit codes (fsck(8)).

@@ -41,6 +41,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		if formatOpts, err = mkfsOptions(fsType, req.GetVolumeContext()); err != nil {
 			return nil, rpcError(err)
 		}
+		if fsType == FSXFS {
+			formatOpts = append(formatOpts, n.legacyXFS...)
+		}
 	}
 	release, err := n.lock(ctx, volumeID, staging)
 	if err != nil {
@@ -118,9 +121,9 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 		return fmt.Errorf("%w: %s (volume %s) holds %q, the volume capability asks for %s; it is neither formatted nor mounted",
 			errDeviceHasData, dev, volumeID, existing, fsType)
 	}
-	if existing == FSExt4 {
+	if extFS(existing) {
 		// Growing before mounting: online ext4 growth needs CAP_SYS_RESOURCE, offline growth does not.
-		if err := n.growExt4Offline(ctx, dev, rdev); err != nil {
+		if err := n.growExt4Offline(ctx, existing, dev, rdev); err != nil {
 			return err
 		}
 	}
@@ -155,10 +158,10 @@ func (n *NodeServer) undoStagingMount(volumeID, staging string, cause error) err
 }
 
 // mkfsOptions turns the format options of the volume context into mkfs arguments. The values are checked to
-// be positive integers, so nothing from a StorageClass reaches mkfs as a flag of its own.
+// be positive integers (or bigalloc's true), so nothing from a StorageClass reaches mkfs as a flag of its own.
 func mkfsOptions(fsType string, volumeContext map[string]string) ([]string, error) {
 	values := map[string]string{}
-	for _, k := range []string{ContextBlockSize, ContextInodeSize, ContextBytesPerInode, ContextNumberOfInodes} {
+	for _, k := range formatKeys {
 		v, ok := volumeContext[k]
 		if !ok {
 			continue
@@ -167,26 +170,31 @@ func mkfsOptions(fsType string, volumeContext map[string]string) ([]string, erro
 		if err != nil {
 			return nil, err
 		}
-		values[k] = checked
+		if checked != "" {
+			values[k] = checked
+		}
 	}
 	if err := checkFormatOptions(fsType, values); err != nil {
 		return nil, err
 	}
 	var flags map[string]string
 	switch fsType {
-	case FSExt4:
-		flags = map[string]string{ContextBlockSize: "-b", ContextInodeSize: "-I", ContextBytesPerInode: "-i", ContextNumberOfInodes: "-N"}
+	case FSExt3, FSExt4:
+		flags = map[string]string{ContextBlockSize: "-b", ContextInodeSize: "-I", ContextBytesPerInode: "-i", ContextNumberOfInodes: "-N",
+			ContextExt4BigAlloc: "-O", ContextExt4ClusterSize: "-C"}
 	case FSXFS:
 		flags = map[string]string{ContextBlockSize: "-b", ContextInodeSize: "-i"}
 	}
 	var args []string
-	// A fixed order keeps the mkfs command line stable between retries.
-	for _, k := range []string{ContextBlockSize, ContextInodeSize, ContextBytesPerInode, ContextNumberOfInodes} {
+	for _, k := range formatKeys {
 		v, ok := values[k]
 		if !ok {
 			continue
 		}
-		if fsType == FSXFS {
+		switch {
+		case k == ContextExt4BigAlloc:
+			v = "bigalloc"
+		case fsType == FSXFS:
 			v = "size=" + v
 		}
 		args = append(args, flags[k], v)

@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,18 +15,20 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/diskforge/diskforge/internal/testutil"
 )
 
-// TestNodeFilesystemLifecycle stages, publishes, unpublishes and unstages ext4 and xfs volumes, every call
+// TestNodeFilesystemLifecycle stages, publishes, unpublishes and unstages ext4, xfs and ext3 volumes, every call
 // twice, then stages again to check that the data survives (nothing is formatted twice).
 func TestNodeFilesystemLifecycle(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		fs   string
 		size int64
-	}{{"ext4", ext4Size}, {"xfs", xfsSize}} {
+	}{{"ext4", ext4Size}, {"xfs", xfsSize}, {"ext3", ext4Size}} {
 		t.Run(tc.fs, func(t *testing.T) {
 			t.Parallel()
 			e := newNodeEnv(t, NodeOptions{})
@@ -103,6 +106,27 @@ func TestNodeFormatOptions(t *testing.T) {
 		{"xfs block and inode size", "xfs", xfsSize, map[string]string{ContextBlockSize: "2048", ContextInodeSize: "1024"},
 			func(e *nodeEnv, _, staging string) string { return run(e.t, "xfs_info", staging) },
 			[]string{`isize=1024`, `(?m)^data\s+=\s+bsize=2048\s`}},
+		// Clustered allocation: a 16 KiB database page is never split across two allocations.
+		{"ext4 bigalloc and cluster size", "ext4", ext4Size,
+			map[string]string{ContextExt4BigAlloc: "true", ContextExt4ClusterSize: "16384", ContextBlockSize: "4096"},
+			func(e *nodeEnv, dev, staging string) string {
+				return run(e.t, "dumpe2fs", "-h", dev) + run(e.t, "tune2fs", "-l", dev) + "mounted as " + mountedFSType(e.t, staging)
+			},
+			[]string{`(?m)^Filesystem features:.*\sbigalloc(\s|$)`, `(?m)^Cluster size:\s+16384$`, `(?m)^Block size:\s+4096$`,
+				`mounted as ext4$`}},
+		{"ext4 bigalloc, mke2fs's cluster size", "ext4", ext4Size, map[string]string{ContextExt4BigAlloc: "true"},
+			func(e *nodeEnv, dev, _ string) string { return run(e.t, "dumpe2fs", "-h", dev) },
+			[]string{`(?m)^Filesystem features:.*\sbigalloc(\s|$)`, `(?m)^Cluster size:\s+\d+$`}},
+		// ext3: a journal, no extents (mkfs.ext3), mounted as ext3.
+		{"ext3 block size", "ext3", ext4Size, map[string]string{ContextBlockSize: "1024"},
+			func(e *nodeEnv, dev, staging string) string {
+				out := run(e.t, "dumpe2fs", "-h", dev)
+				if regexp.MustCompile(`(?m)^Filesystem features:.*\s(extents?|flex_bg|64bit)(\s|$)`).MatchString(out) {
+					e.t.Errorf("ext3 with ext4's features:\n%s", out)
+				}
+				return out + "mounted as " + mountedFSType(e.t, staging)
+			},
+			[]string{`(?m)^Filesystem features:.*\shas_journal\s`, `(?m)^Block size:\s+1024$`, `mounted as ext3$`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +143,77 @@ func TestNodeFormatOptions(t *testing.T) {
 			}
 			e.mustUnstage(id, staging)
 		})
+	}
+}
+
+// TestNodeLegacyXFS: with LegacyXFS the node formats xfs without the features kernels up to 5.4 cannot mount,
+// as far as the installed mkfs.xfs knows them (xfs_info: reflink=0, bigtime=0, inobtcount=0, nrext64=0), beside a
+// class's inode size, and the volume mounts and takes data; without it mkfs.xfs's defaults stand (reflink=1
+// from xfsprogs 5.1), so the check sees a difference.
+func TestNodeLegacyXFS(t *testing.T) {
+	t.Parallel()
+	for _, legacy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			t.Parallel()
+			e := newNodeEnv(t, NodeOptions{LegacyXFS: legacy})
+			id, _ := e.volume(xfsSize, nil)
+			staging := e.path("staging")
+			e.mustStage(id, staging, mountCap(FSXFS, rwo), map[string]string{ContextInodeSize: "512"})
+			if got := mountedFSType(t, staging); got != FSXFS {
+				t.Fatalf("staging path mounted as %s", got)
+			}
+			writeFile(t, filepath.Join(staging, "data"), "legacy")
+			info := run(t, "xfs_info", staging)
+			if !strings.Contains(info, "isize=512") {
+				t.Errorf("the class's inode size is lost:\n%s", info)
+			}
+			if !legacy {
+				if e.node.legacyXFS != nil {
+					t.Errorf("legacy options %q without LegacyXFS", e.node.legacyXFS)
+				}
+				if !strings.Contains(info, "reflink=1") {
+					t.Errorf("mkfs.xfs's default reflink=1 not seen:\n%s", info)
+				}
+				e.mustUnstage(id, staging)
+				return
+			}
+			opts := strings.Join(e.node.legacyXFS, " ")
+			t.Logf("legacy options of this mkfs.xfs: %q", opts)
+			checked := 0
+			for _, f := range legacyXFSFeatures {
+				if !strings.Contains(opts, f.name+"=0") {
+					continue // a feature this mkfs.xfs does not know, and never makes
+				}
+				checked++
+				if !regexp.MustCompile(`\b` + f.name + `=0\b`).MatchString(info) {
+					t.Errorf("%s not off:\n%s", f.name, info)
+				}
+			}
+			if checked == 0 {
+				t.Errorf("this mkfs.xfs knows none of %v", legacyXFSFeatures)
+			}
+			e.mustUnstage(id, staging)
+			e.mustStage(id, staging, mountCap(FSXFS, rwo), nil)
+			if got := readFile(t, filepath.Join(staging, "data")); got != "legacy" {
+				t.Errorf("data after a second stage: %q", got)
+			}
+			e.mustUnstage(id, staging)
+		})
+	}
+}
+
+// TestMkfsXFSKnows: the probe tells an option mkfs.xfs knows from one it does not, and writes nothing.
+func TestMkfsXFSKnows(t *testing.T) {
+	t.Parallel()
+	testutil.RequireTools(t, "mkfs.xfs")
+	h := &realHost{mounter: mount.NewSafeFormatAndMount(mount.New(""), utilexec.New())}
+	for _, tc := range []struct {
+		flag, name string
+		want       bool
+	}{{"-m", "reflink", true}, {"-i", "sparse", true}, {"-m", "nosuchfeature", false}, {"-i", "nosuchfeature", false}} {
+		if got, err := h.mkfsXFSKnows(tc.flag, tc.name); err != nil || got != tc.want {
+			t.Errorf("mkfsXFSKnows(%s, %s) = %v, %v; want %v", tc.flag, tc.name, got, err, tc.want)
+		}
 	}
 }
 
@@ -340,6 +435,8 @@ func TestStageFilesystem(t *testing.T) {
 		{"xfs", map[string]string{ParamFSType: "ext4"}, "xfs", codes.OK},
 		{"", map[string]string{ParamFSType: "xfs"}, "xfs", codes.OK},
 		{"", map[string]string{ParamFSType: "btrfs"}, "", codes.InvalidArgument},
+		{"", map[string]string{ParamFSType: "ext3"}, "ext3", codes.OK},
+		{"ext3", nil, "ext3", codes.OK},
 	}
 	for _, tc := range cases {
 		got, err := stageFilesystem(tc.capability, tc.volCtx)

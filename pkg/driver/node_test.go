@@ -255,6 +255,19 @@ func TestMkfsOptions(t *testing.T) {
 		{"ext4", map[string]string{ContextInodeSize: "256 -F"}, nil, true},
 		{"ext4", map[string]string{ContextNumberOfInodes: "99999999999"}, nil, true},
 		{"ext4", map[string]string{ContextBlockSize: "3000"}, nil, true},
+		{"ext4", map[string]string{ContextExt4BigAlloc: "true"}, []string{"-O", "bigalloc"}, false},
+		{"ext4", map[string]string{ContextExt4ClusterSize: "65536", ContextBlockSize: "4096", ContextExt4BigAlloc: "true"},
+			[]string{"-b", "4096", "-O", "bigalloc", "-C", "65536"}, false},
+		{"ext4", map[string]string{ContextExt4BigAlloc: "false"}, nil, false},
+		{"ext4", map[string]string{ContextExt4BigAlloc: "-O metadata_csum"}, nil, true},
+		{"ext4", map[string]string{ContextExt4ClusterSize: "16384"}, nil, true},
+		{"ext4", map[string]string{ContextExt4BigAlloc: "false", ContextExt4ClusterSize: "16384"}, nil, true},
+		{"ext4", map[string]string{ContextExt4BigAlloc: "true", ContextExt4ClusterSize: "10000"}, nil, true},
+		{"ext3", map[string]string{ContextBlockSize: "1024", ContextInodeSize: "256", ContextBytesPerInode: "8192", ContextNumberOfInodes: "500"},
+			[]string{"-b", "1024", "-I", "256", "-i", "8192", "-N", "500"}, false},
+		{"ext3", map[string]string{ContextExt4BigAlloc: "true"}, nil, true},
+		{"xfs", map[string]string{ContextExt4BigAlloc: "true"}, nil, true},
+		{"xfs", map[string]string{ContextExt4BigAlloc: "false"}, nil, false},
 	}
 	for _, tc := range tests {
 		got, err := mkfsOptions(tc.fs, tc.vctx)

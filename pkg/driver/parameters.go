@@ -32,6 +32,10 @@ const (
 	ParamInodeSize         = "inodesize"
 	ParamBytesPerInode     = "bytesperinode"
 	ParamNumberOfInodes    = "numberofinodes"
+	// ParamExt4BigAlloc ("true"/"false") and ParamExt4ClusterSize (bytes, needs bigalloc) are the EBS driver's
+	// clustered allocation for ext4.
+	ParamExt4BigAlloc    = "ext4bigalloc"
+	ParamExt4ClusterSize = "ext4clustersize"
 	// ParamVolumeInitializationRate is EBS's Provisioned Rate for Volume Initialization, MiB/s, applied to
 	// volumes restored from a snapshot.
 	ParamVolumeInitializationRate = "volumeinitializationrate"
@@ -181,12 +185,12 @@ func (p *volumeParams) set(key, value string) error {
 		}
 	case strings.HasPrefix(lower, ParamTagSpecPrefix):
 		p.tagSpecs = append(p.tagSpecs, tagParam{key, value})
-	case lower == ParamBlockSize, lower == ParamInodeSize, lower == ParamBytesPerInode, lower == ParamNumberOfInodes:
+	case formatContextKeys[lower] != "":
 		err = p.setFormat(lower, key, value)
 	case key == ParamFSType:
 		p.fsType = strings.ToLower(value)
-		if p.fsType != FSExt4 && p.fsType != FSXFS {
-			err = invalidParam("parameter %q: filesystem %q is not supported (ext4, xfs)", key, value)
+		if !supportedFS(p.fsType) {
+			err = invalidParam("parameter %q: filesystem %q is not supported (%s)", key, value, fsTypes)
 		}
 	case setClaimName(&p.names, key, value):
 	default:
@@ -196,11 +200,18 @@ func (p *volumeParams) set(key, value string) error {
 }
 
 var formatContextKeys = map[string]string{
-	ParamBlockSize:      ContextBlockSize,
-	ParamInodeSize:      ContextInodeSize,
-	ParamBytesPerInode:  ContextBytesPerInode,
-	ParamNumberOfInodes: ContextNumberOfInodes,
+	ParamBlockSize:       ContextBlockSize,
+	ParamInodeSize:       ContextInodeSize,
+	ParamBytesPerInode:   ContextBytesPerInode,
+	ParamNumberOfInodes:  ContextNumberOfInodes,
+	ParamExt4BigAlloc:    ContextExt4BigAlloc,
+	ParamExt4ClusterSize: ContextExt4ClusterSize,
 }
+
+// formatKeys are the volume context's format options, in the order their mkfs arguments take: a fixed order
+// keeps the mkfs command line the same between retries.
+var formatKeys = []string{ContextBlockSize, ContextInodeSize, ContextBytesPerInode, ContextNumberOfInodes,
+	ContextExt4BigAlloc, ContextExt4ClusterSize}
 
 func (p *volumeParams) setFormat(lower, key, value string) error {
 	ctxKey := formatContextKeys[lower]
@@ -208,32 +219,53 @@ func (p *volumeParams) setFormat(lower, key, value string) error {
 	if err != nil {
 		return err
 	}
-	p.format[ctxKey] = v
+	if v != "" {
+		p.format[ctxKey] = v
+	}
 	return nil
 }
 
 // formatValue checks one format option (named key in errors) as mkfs takes it: a positive integer, a power of
-// two for block and inode sizes. The controller checks StorageClass values with it, the node the volume
-// context it is handed, which a statically provisioned volume may carry unchecked.
+// two for block, inode and cluster sizes; ext4BigAlloc is true or false, and "" (nothing to pass) when false.
+// The controller checks StorageClass values with it, the node the volume context it is handed, which a
+// statically provisioned volume may carry unchecked.
 func formatValue(ctxKey, key, value string) (string, error) {
+	if ctxKey == ContextExt4BigAlloc {
+		on, err := strconv.ParseBool(value)
+		switch {
+		case err != nil:
+			return "", invalidParam("parameter %q must be true or false, not %q", key, value)
+		case on:
+			return "true", nil
+		}
+		return "", nil
+	}
 	n, err := positiveInt32(key, value)
 	if err != nil {
 		return "", err
 	}
-	if (ctxKey == ContextBlockSize || ctxKey == ContextInodeSize) && n&(n-1) != 0 {
+	if (ctxKey == ContextBlockSize || ctxKey == ContextInodeSize || ctxKey == ContextExt4ClusterSize) && n&(n-1) != 0 {
 		return "", invalidParam("parameter %q must be a power of two, not %d", key, n)
 	}
 	return strconv.Itoa(int(n)), nil
 }
 
-// checkFormatOptions refuses options the chosen filesystem's mkfs has no equivalent for.
+// formatOptionsRefused are the format options each filesystem's mkfs has no equivalent for, as the EBS driver
+// refuses them: mkfs.xfs sets no inode ratio or count, and only ext4 has clustered allocation.
+var formatOptionsRefused = map[string][]string{
+	FSExt3: {ContextExt4BigAlloc, ContextExt4ClusterSize},
+	FSXFS:  {ContextBytesPerInode, ContextNumberOfInodes, ContextExt4BigAlloc, ContextExt4ClusterSize},
+}
+
+// checkFormatOptions refuses options the chosen filesystem's mkfs has no equivalent for ("": not known yet,
+// only what holds for every filesystem is checked), and a cluster size without bigalloc.
 func checkFormatOptions(fsType string, format map[string]string) error {
-	if fsType != FSXFS {
-		return nil
+	if _, ok := format[ContextExt4ClusterSize]; ok && format[ContextExt4BigAlloc] != "true" {
+		return invalidParam("format option %q needs %q set to true", ContextExt4ClusterSize, ContextExt4BigAlloc)
 	}
-	for _, k := range []string{ContextBytesPerInode, ContextNumberOfInodes} {
+	for _, k := range formatOptionsRefused[fsType] {
 		if _, ok := format[k]; ok {
-			return invalidParam("format option %q applies to ext4 only, not xfs", k)
+			return invalidParam("format option %q does not apply to %s", k, fsType)
 		}
 	}
 	return nil

@@ -75,6 +75,43 @@ func TestParseVolumeParams(t *testing.T) {
 		{name: "unsupported fs", params: map[string]string{"csi.storage.k8s.io/fstype": "btrfs"}, errKey: "btrfs"},
 		{name: "block size not a power of two", params: map[string]string{"blockSize": "3000"}, errKey: "blockSize"},
 		{name: "ext4-only option on xfs", params: map[string]string{"csi.storage.k8s.io/fstype": "xfs", "numberOfInodes": "100"}, errKey: "numberOfInodes"},
+		{name: "bigalloc and cluster size, keys in any case", params: map[string]string{"EXT4BIGALLOC": "true", "ext4clustersize": "16384"},
+			check: func(t *testing.T, p volumeParams) {
+				if len(p.format) != 2 || p.format[ContextExt4BigAlloc] != "true" || p.format[ContextExt4ClusterSize] != "16384" {
+					t.Errorf("format = %v", p.format)
+				}
+			}},
+		{name: "bigalloc on ext4", params: map[string]string{"csi.storage.k8s.io/fstype": "ext4", "ext4BigAlloc": "TRUE"},
+			check: func(t *testing.T, p volumeParams) {
+				if len(p.format) != 1 || p.format[ContextExt4BigAlloc] != "true" {
+					t.Errorf("format = %v", p.format)
+				}
+			}},
+		{name: "bigalloc false passes nothing", params: map[string]string{"ext4BigAlloc": "false", "csi.storage.k8s.io/fstype": "xfs"},
+			check: func(t *testing.T, p volumeParams) {
+				if len(p.format) != 0 {
+					t.Errorf("format = %v", p.format)
+				}
+			}},
+		{name: "ext3", params: map[string]string{"csi.storage.k8s.io/fstype": "ext3", "blockSize": "1024", "bytesPerInode": "4096"},
+			check: func(t *testing.T, p volumeParams) {
+				if p.fsType != FSExt3 || p.format[ContextBlockSize] != "1024" || p.format[ContextBytesPerInode] != "4096" {
+					t.Errorf("fs = %q, format = %v", p.fsType, p.format)
+				}
+			}},
+		{name: "cluster size without bigalloc", params: map[string]string{"ext4ClusterSize": "16384"}, errKey: "ext4ClusterSize"},
+		{name: "cluster size with bigalloc false", params: map[string]string{"ext4BigAlloc": "false", "ext4ClusterSize": "16384"},
+			errKey: "ext4ClusterSize"},
+		{name: "bigalloc not a bool", params: map[string]string{"ext4BigAlloc": "on"}, errKey: "ext4BigAlloc"},
+		{name: "cluster size not a power of two", params: map[string]string{"ext4BigAlloc": "true", "ext4ClusterSize": "12000"},
+			errKey: "ext4ClusterSize"},
+		{name: "cluster size not a number", params: map[string]string{"ext4BigAlloc": "true", "ext4ClusterSize": "16k"},
+			errKey: "ext4ClusterSize"},
+		{name: "bigalloc on xfs", params: map[string]string{"csi.storage.k8s.io/fstype": "xfs", "ext4BigAlloc": "true"}, errKey: "ext4BigAlloc"},
+		{name: "bigalloc on ext3", params: map[string]string{"csi.storage.k8s.io/fstype": "ext3", "ext4BigAlloc": "true"}, errKey: "ext4BigAlloc"},
+		{name: "cluster size on xfs", params: map[string]string{"csi.storage.k8s.io/fstype": "xfs", "ext4BigAlloc": "true", "ext4ClusterSize": "16384"},
+			errKey: "ext4"},
+		{name: "ext2", params: map[string]string{"csi.storage.k8s.io/fstype": "ext2"}, errKey: "ext2"},
 		{name: "bad tag", params: map[string]string{"tagSpecification_1": "novalue"}, errKey: "tagSpecification_1"},
 		{name: "unknown mutable key", mutable: map[string]string{"size": "10"}, errKey: "size"},
 	}

@@ -31,7 +31,7 @@ func TestImagesHoldTheirEntrypoints(t *testing.T) {
 	// Programs each image must run besides its entrypoint (the driver's: what mount-utils and the node run).
 	needs := map[string][]string{
 		"docker.io/diskforge/driver:dev": {"mount", "umount", "blkid", "fsck", "mkfs.ext4", "mkfs.xfs", "e2fsck",
-			"resize2fs", "dumpe2fs", "xfs_growfs", "xfs_info", "fsck.xfs", "losetup", "blockdev", "sh"},
+			"resize2fs", "dumpe2fs", "xfs_growfs", "xfs_info", "fsck.xfs", "mkfs.ext3", "fsck.ext3", "losetup", "blockdev", "sh"},
 		"docker.io/diskforge/fakecloud:dev":                {"losetup", "blockdev"},
 		"diskforge.local/e2e-test-images/busybox:1.37.0-1": {"sh", "sleep", "dd", "sha256sum", "df", "blockdev", "mount"},
 		"diskforge.local/e2e-test-images/agnhost:2.63.0":   {"sh"},

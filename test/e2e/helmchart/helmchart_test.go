@@ -145,6 +145,15 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		{
+			name: "the node plugin formatting xfs for old kernels",
+			set:  []string{"node.legacyXFS=true", "node.extraArgs={--extra}"},
+			kind: "DaemonSet", objNm: "diskforge-node",
+			want: map[string]any{
+				"spec.template.spec.containers[driver].args[6]": "--legacy-xfs=true",
+				"spec.template.spec.containers[driver].args[7]": "--extra",
+			},
+		},
+		{
 			name: "fakecloud's kube-nodes mode on with fakecloud",
 			set:  []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.zones={us-east-1c}"},
 			kind: "Deployment", objNm: "fakecloud",
