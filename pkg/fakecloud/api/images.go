@@ -58,12 +58,13 @@ func (h *Handler) describeImages(p *params) (response, error) {
 	}
 	out := &describeImagesResponse{Images: make([]imageXML, len(images))}
 	for i, im := range images {
-		out.Images[i] = imageXML{ImageID: im.ID, ImageLocation: "amazon/" + im.Name, ImageState: "available", ImageOwnerID: im.OwnerID,
-			CreationDate: im.CreationDate, IsPublic: true, Architecture: im.Architecture, ImageType: "machine", ImageOwnerAlias: im.OwnerAlias,
+		out.Images[i] = imageXML{ImageID: im.ID, ImageLocation: "amazon/" + im.Name, ImageState: state.ImageState, ImageOwnerID: im.OwnerID,
+			CreationDate: im.CreationDate, IsPublic: true, Architecture: im.Architecture, ImageType: state.ImageType, ImageOwnerAlias: im.OwnerAlias,
 			Name: im.Name, Description: im.Description, RootDeviceType: state.RootDeviceType, RootDeviceName: im.RootDevice,
 			BlockDeviceMapping: []imageBlockDeviceXML{{DeviceName: im.RootDevice,
 				Ebs: imageEbsXML{DeleteOnTermination: true, VolumeSize: im.RootSizeGiB, VolumeType: im.RootType}}},
-			VirtualizationType: "hvm", Hypervisor: "xen", EnaSupport: true, PlatformDetails: "Linux/UNIX", UsageOperation: "RunInstances"}
+			VirtualizationType: state.ImageVirtualizationType, Hypervisor: state.ImageHypervisor, EnaSupport: true,
+			PlatformDetails: state.ImagePlatformDetails, UsageOperation: "RunInstances"}
 	}
 	return out, nil
 }

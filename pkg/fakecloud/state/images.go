@@ -27,6 +27,15 @@ type Image struct {
 	CreationDate string
 }
 
+// What every catalog image is, as DescribeImages shows it and its filters select it.
+const (
+	ImageState              = "available"
+	ImageType               = "machine"
+	ImageVirtualizationType = "hvm"
+	ImageHypervisor         = "xen"
+	ImagePlatformDetails    = "Linux/UNIX"
+)
+
 // amazonOwnerID is the account Amazon publishes its Linux images from.
 const amazonOwnerID = "137112412989"
 
@@ -63,14 +72,14 @@ var imageFields = fields[Image]{
 	"architecture":                     func(im *Image) []string { return []string{im.Architecture} },
 	"owner-id":                         func(im *Image) []string { return []string{im.OwnerID} },
 	"owner-alias":                      func(im *Image) []string { return []string{im.OwnerAlias} },
-	"state":                            func(*Image) []string { return []string{"available"} },
+	"state":                            func(*Image) []string { return []string{ImageState} },
 	"is-public":                        func(*Image) []string { return []string{"true"} },
-	"image-type":                       func(*Image) []string { return []string{"machine"} },
+	"image-type":                       func(*Image) []string { return []string{ImageType} },
 	"root-device-type":                 func(*Image) []string { return []string{RootDeviceType} },
 	"root-device-name":                 func(im *Image) []string { return []string{im.RootDevice} },
-	"virtualization-type":              func(*Image) []string { return []string{"hvm"} },
-	"hypervisor":                       func(*Image) []string { return []string{"xen"} },
-	"platform-details":                 func(*Image) []string { return []string{"Linux/UNIX"} },
+	"virtualization-type":              func(*Image) []string { return []string{ImageVirtualizationType} },
+	"hypervisor":                       func(*Image) []string { return []string{ImageHypervisor} },
+	"platform-details":                 func(*Image) []string { return []string{ImagePlatformDetails} },
 	"ena-support":                      func(*Image) []string { return []string{"true"} },
 	"creation-date":                    func(im *Image) []string { return []string{im.CreationDate} },
 	"block-device-mapping.device-name": func(im *Image) []string { return []string{im.RootDevice} },

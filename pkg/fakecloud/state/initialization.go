@@ -181,14 +181,14 @@ var volumeStatusFields = fields[VolumeStatus]{
 		return []string{"passed", st.IOPerformance, st.InitializationState()}
 	},
 	// fakecloud raises no volume events nor actions: these filters match nothing.
-	"action.code":        func(*VolumeStatus) []string { return nil },
-	"action.description": func(*VolumeStatus) []string { return nil },
-	"action.event-id":    func(*VolumeStatus) []string { return nil },
-	"event.description":  func(*VolumeStatus) []string { return nil },
-	"event.event-id":     func(*VolumeStatus) []string { return nil },
-	"event.event-type":   func(*VolumeStatus) []string { return nil },
-	"event.not-after":    func(*VolumeStatus) []string { return nil },
-	"event.not-before":   func(*VolumeStatus) []string { return nil },
+	"action.code":        noValues[VolumeStatus],
+	"action.description": noValues[VolumeStatus],
+	"action.event-id":    noValues[VolumeStatus],
+	"event.description":  noValues[VolumeStatus],
+	"event.event-id":     noValues[VolumeStatus],
+	"event.event-type":   noValues[VolumeStatus],
+	"event.not-after":    noValues[VolumeStatus],
+	"event.not-before":   noValues[VolumeStatus],
 }
 
 // DescribeVolumeStatus lists volumes' status checks and initialization, by ID or filter, a page at a time.

@@ -306,10 +306,10 @@ var zoneFields = fields[Zone]{
 	"state":          func(*Zone) []string { return []string{ZoneState} },
 	"zone-type":      func(*Zone) []string { return []string{ZoneType} },
 	"opt-in-status":  func(*Zone) []string { return []string{ZoneOptInStatus} },
-	"message":        func(*Zone) []string { return nil },
-	"parent-zone-id": func(*Zone) []string { return nil },
+	"message":        noValues[Zone],
+	"parent-zone-id": noValues[Zone],
 	// The name too: an availability zone has no parent.
-	"parent-zone-name": func(*Zone) []string { return nil },
+	"parent-zone-name": noValues[Zone],
 }
 
 // ZoneGroup is the zone group of the region's availability zones, as EC2 names it.

@@ -216,11 +216,9 @@ var snapshotFields = fields[Snapshot]{
 	"start-time":  func(sn *Snapshot) []string { return timeValues(sn.StartTime) },
 	// Only snapshots of Amazon's own accounts (amazon, aws-backup, ...) have an owner alias; fakecloud holds
 	// none, so the filter matches nothing.
-	"owner-alias": func(*Snapshot) []string { return nil },
+	"owner-alias": noValues[Snapshot],
 	// Every fakecloud snapshot and copy is made at once, by standard transfer; none is time-based.
 	"transfer-type": func(*Snapshot) []string { return []string{"standard"} },
-	// A view's tier (the stored record has none: it follows from the tiering and the time).
-	"storage-tier": func(sn *Snapshot) []string { return []string{sn.StorageTier} },
 }
 
 // DescribeSnapshots lists snapshots by ID, owner or filter, a page at a time.
@@ -232,7 +230,12 @@ func (s *State) DescribeSnapshots(in DescribeSnapshotsInput) ([]Snapshot, string
 	)
 	s.read(func(now time.Time) {
 		var match func(*Snapshot) bool
-		if match, err = snapshotFields.compile(in.Filters, func(sn *Snapshot) []Tag { return sn.Tags }); err != nil {
+		// The tier follows from the tiering and the time of the request.
+		byTier := withField(snapshotFields, "storage-tier", func(sn *Snapshot) []string {
+			tier, _, _ := sn.Tiering.at(now)
+			return []string{tier}
+		})
+		if match, err = byTier.compile(in.Filters, func(sn *Snapshot) []Tag { return sn.Tags }); err != nil {
 			return
 		}
 		if err = checkRestorableBy(in.RestorableBy); err != nil {
@@ -248,15 +251,7 @@ func (s *State) DescribeSnapshots(in DescribeSnapshotsInput) ([]Snapshot, string
 			return slices.Contains(in.OwnerIDs, "self") || slices.Contains(in.OwnerIDs, sn.OwnerID)
 		}
 		var ids []string
-		keep := func(sn *Snapshot) bool {
-			if !owned(sn) {
-				return false
-			}
-			tiered := *sn
-			tiered.StorageTier, _, _ = sn.Tiering.at(now)
-			return match(&tiered)
-		}
-		if ids, next, err = s.listSnapshots(in.DescribeInput, keep); err != nil {
+		if ids, next, err = s.listSnapshots(in.DescribeInput, func(sn *Snapshot) bool { return owned(sn) && match(sn) }); err != nil {
 			return
 		}
 		for _, id := range ids {

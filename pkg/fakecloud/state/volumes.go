@@ -416,7 +416,7 @@ var volumeFields = fields[Volume]{
 	"create-time":          func(v *Volume) []string { return timeValues(v.CreateTime) },
 	// No service manages a fakecloud volume for its owner (EC2's managed resources): none has an operator.
 	"operator.managed":   func(*Volume) []string { return []string{"false"} },
-	"operator.principal": func(*Volume) []string { return nil },
+	"operator.principal": noValues[Volume],
 	"attachment.instance-id": func(v *Volume) []string {
 		return attachmentValues(v, func(a Attachment) string { return a.InstanceID })
 	},
