@@ -1,6 +1,10 @@
 package driver
 
-import "github.com/diskforge/diskforge/pkg/volumetypes"
+import (
+	"math"
+
+	"github.com/diskforge/diskforge/pkg/volumetypes"
+)
 
 // DefaultVolumeType is the type of a disk whose class names none: gp3, as the EBS driver chooses (EC2's own
 // default, for a request naming none, is gp2).
@@ -14,7 +18,7 @@ func iopsPerGB(volumeType string, sizeGiB, perGB int32, allowIncrease bool) (int
 	lim, ok := volumetypes.Lookup(volumeType)
 	if !ok {
 		// The cloud names the unknown type in its refusal.
-		return perGB * sizeGiB, nil
+		return int32(min(int64(perGB)*int64(sizeGiB), math.MaxInt32)), nil
 	}
 	if lim.MaxIOPS == 0 {
 		return 0, invalidParam("parameter %q applies to io1, io2 and gp3 volumes, not %s", ParamIOPSPerGB, volumeType)

@@ -231,14 +231,11 @@ func (p *volumeParams) setFormat(lower, key, value string) error {
 // statically provisioned volume may carry unchecked.
 func formatValue(ctxKey, key, value string) (string, error) {
 	if ctxKey == ContextExt4BigAlloc {
-		on, err := strconv.ParseBool(value)
-		switch {
-		case err != nil:
-			return "", invalidParam("parameter %q must be true or false, not %q", key, value)
-		case on:
-			return "true", nil
+		on, err := boolParam(key, value)
+		if err != nil || !on {
+			return "", err
 		}
-		return "", nil
+		return "true", nil
 	}
 	n, err := positiveInt32(key, value)
 	if err != nil {
