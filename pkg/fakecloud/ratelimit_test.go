@@ -25,7 +25,7 @@ func TestUnfilteredDescribeBucket(t *testing.T) {
 			"DescribeVolumes" + faults.UnfilteredSuffix: {RequestsPerSecond: 0, Burst: 1},
 		},
 	}})
-	client := env.EC2(t, func(o *ec2.Options) { o.Retryer = aws.NopRetryer{} })
+	client := env.EC2(t, fakecloudtest.RetryConnectionsOnly)
 	ctx := context.Background()
 	unfiltered := &ec2.DescribeVolumesInput{}
 	byID := &ec2.DescribeVolumesInput{VolumeIds: []string{"vol-00000000000000001"}}

@@ -19,7 +19,7 @@ func TestCheckVolumes(t *testing.T) {
 	// CreateVolume's bucket never refills by itself, so only refillBuckets can admit a fifth.
 	env := fakecloudtest.Start(t, fakecloudtest.Options{Faults: faults.Config{RateLimitProfile: faults.ProfileEC2,
 		ActionRateLimits: map[string]faults.Limit{"CreateVolume": {RequestsPerSecond: 0, Burst: 4}}}})
-	client := env.EC2(t, func(o *ec2.Options) { o.Retryer = aws.NopRetryer{} })
+	client := env.EC2(t, fakecloudtest.RetryConnectionsOnly)
 	ctx := context.Background()
 	create := func(name string) string {
 		t.Helper()

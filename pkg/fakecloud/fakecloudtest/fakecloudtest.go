@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -159,6 +160,18 @@ func (e *Env) EC2(t testing.TB, optFns ...func(*ec2.Options)) *ec2.Client {
 		}),
 	}
 	return ec2.New(opts, optFns...)
+}
+
+// RetryConnectionsOnly is an ec2.Options change for tests that count throttled calls: an answer of the cloud
+// (a RequestLimitExceeded too) comes back at once, and only a lost connection is tried again. Go's transport
+// drops a kept-alive connection now and then after the SDK closes a request body it is still draining, so a
+// test without any retry fails at random.
+func RetryConnectionsOnly(o *ec2.Options) {
+	o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+		so.Retryables = []retry.IsErrorRetryable{retry.RetryableConnectionError{}}
+		so.MaxBackoff = 20 * time.Millisecond
+		so.RateLimiter = ratelimit.None
+	})
 }
 
 // RestartInstance stops the instance and starts it again through the EC2 API, waiting until it runs: its volumes

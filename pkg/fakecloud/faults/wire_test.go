@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
@@ -25,7 +24,7 @@ func TestProfileOnTheWire(t *testing.T) {
 		RateLimitProfile: faults.ProfileEC2,
 		ActionRateLimits: map[string]faults.Limit{"DescribeAvailabilityZones": {RequestsPerSecond: 0, Burst: 2}},
 	}})
-	client := env.EC2(t, func(o *ec2.Options) { o.Retryer = aws.NopRetryer{} })
+	client := env.EC2(t, fakecloudtest.RetryConnectionsOnly)
 	ctx := context.Background()
 	for range 2 {
 		if _, err := client.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{}); err != nil {
