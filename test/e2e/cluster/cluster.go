@@ -58,7 +58,7 @@ type Cluster struct {
 	// ssh serves the nodes' SSH endpoints.
 	ssh *sshServer
 
-	// mu guards procs and stopped: the node-control API starts kubelets while scenarios and SSH sessions run,
+	// mu guards procs, nodes and stopped: the node-control API starts kubelets while scenarios and SSH sessions run,
 	// and Stop may come from a signal.
 	mu      sync.Mutex
 	stopped bool
@@ -82,6 +82,16 @@ var nodeSpecs = []NodeInfo{
 	{Name: "node-a2", Zone: "us-east-1a", InstanceID: "i-0e2e0000000000a02", InstanceType: "c5.xlarge", Address: "10.244.0.3"},
 	{Name: "node-b1", Zone: "us-east-1b", InstanceID: "i-0e2e0000000000b01", InstanceType: "m4.large", Address: "10.244.0.4"},
 }
+
+// lateNodeSpecs are nodes a scenario adds once the driver is installed (AddNode), as a user's cluster grows: they
+// join with no zone, instance ID, instance type or provider ID of ours, and fakecloud's kube-nodes mode makes
+// each an instance and labels its Node. Their addresses and pod ranges are set aside at the start.
+var lateNodeSpecs = []NodeInfo{
+	{Name: LateNode, Address: "10.244.0.5"},
+}
+
+// LateNode is the node a scenario may add (AddNode) and remove (RemoveNode).
+const LateNode = "node-late1"
 
 // lockFile serializes runs of the harness: the cluster's addresses, bridge and host paths are fixed.
 const lockFile = "/run/diskforge-e2e.lock"
@@ -180,6 +190,7 @@ func (c *Cluster) Stop() {
 	}
 	c.stopped = true // from here on nothing starts: c.start refuses
 	procs := slices.Clone(c.procs)
+	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
 	c.cancel()
 	// The SSH endpoints first: their commands end, and none acts on a node any more.
@@ -193,7 +204,7 @@ func (c *Cluster) Stop() {
 			p.stop(15 * time.Second)
 		}
 	}
-	for _, n := range c.nodes {
+	for _, n := range nodes {
 		if err := c.removePods(n); err != nil {
 			c.logf("%s: remove pods: %v", n.info.Name, err)
 		}
@@ -201,7 +212,7 @@ func (c *Cluster) Stop() {
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(15 * time.Second)
 	}
-	for _, n := range c.nodes {
+	for _, n := range nodes {
 		killShims(n.socket, c.logf)
 	}
 	for i := len(c.undo) - 1; i >= 0; i-- {

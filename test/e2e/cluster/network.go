@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -53,7 +54,7 @@ func (c *Cluster) setupNetwork() error {
 	}
 	c.undo = append(c.undo, removeBridge)
 	addrs := []string{podGateway + "/24", apiServiceIP + "/32", dnsServiceIP + "/32"}
-	for _, n := range nodeSpecs {
+	for _, n := range slices.Concat(nodeSpecs, lateNodeSpecs) {
 		addrs = append(addrs, n.Address+"/32")
 	}
 	for _, a := range addrs {
@@ -73,9 +74,10 @@ func removeBridge() error {
 }
 
 // writeCNIConfig writes the node's CNI network: the shared bridge, host-local addresses from the node's own range
-// (index i of len(nodeSpecs)), no masquerading (there is no iptables, and pods talk only to this host).
+// (index i of the nodes and the late nodes after them), no masquerading (there is no iptables, and pods talk only to
+// this host).
 func writeCNIConfig(dir, dataDir string, i int) error {
-	per := 200 / len(nodeSpecs)
+	per := 200 / (len(nodeSpecs) + len(lateNodeSpecs))
 	start, end := 10+i*per, 10+(i+1)*per-1
 	conf := map[string]any{
 		"cniVersion": "1.0.0",

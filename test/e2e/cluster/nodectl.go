@@ -31,6 +31,8 @@ var ErrUnknownNode = errors.New("no such node")
 const kubeletStopTimeout = 30 * time.Second
 
 func (c *Cluster) nodeByName(name string) (*node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, n := range c.nodes {
 		if n.info.Name == name {
 			return n, nil

@@ -221,10 +221,14 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeInfo, i int, runc stri
 	}
 	n.kubeletArgs = []string{"--mount=/proc/" + fmt.Sprint(n.info.Pid) + "/ns/mnt", "--",
 		c.bin("kubelet"), "--kubeconfig=" + kubeconfig, "--config=" + kcfgFile, "--root-dir=/var/lib/kubelet",
-		"--hostname-override=" + spec.Name, "--node-ip=" + spec.Address,
-		"--node-labels=topology.kubernetes.io/zone=" + spec.Zone + ",node.diskforge.io/instance-id=" + spec.InstanceID +
-			",node.kubernetes.io/instance-type=" + spec.InstanceType,
-		"--provider-id=aws:///" + spec.Zone + "/" + spec.InstanceID, "--v=2",
+		"--hostname-override=" + spec.Name, "--node-ip=" + spec.Address, "--v=2",
+	}
+	// A node of the cluster's start knows its instance, as a cloud's node does; a late node knows nothing of it.
+	if spec.InstanceID != "" {
+		n.kubeletArgs = append(n.kubeletArgs,
+			"--node-labels=topology.kubernetes.io/zone="+spec.Zone+",node.diskforge.io/instance-id="+spec.InstanceID+
+				",node.kubernetes.io/instance-type="+spec.InstanceType,
+			"--provider-id=aws:///"+spec.Zone+"/"+spec.InstanceID)
 	}
 	if n.kubelet, err = c.startRole(roleKubelet, spec.Name+"-kubelet", "nsenter", n.kubeletArgs); err != nil {
 		return nil, err

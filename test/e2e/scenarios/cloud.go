@@ -112,6 +112,7 @@ type cloudInstance struct {
 	Zone            string `json:"zone"`
 	InstanceType    string `json:"instanceType"`
 	AttachmentLimit int    `json:"attachmentLimit"`
+	State           string `json:"state"`
 }
 
 func (c *cloudClient) instance(ctx context.Context, id string) (cloudInstance, error) {

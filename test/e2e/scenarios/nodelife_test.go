@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/diskforge/diskforge/internal/testutil"
+	"github.com/diskforge/diskforge/test/e2e/cluster"
 )
 
 // The node plugin's DaemonSet, as the manifests name it.
@@ -47,8 +48,8 @@ var noDrainWaitFlag = flag.Bool("no-drain-wait", false, "L2 as before the node p
 	"--shutdown-wait=0s (a measurement: the pod then waits for the attach/detach controller's 6-minute force-detach)")
 
 // TestNodeLife runs the scenarios of a node's life on the local cluster, whose nodes the harness can stop, kill
-// and restart: a node that joins tainted, one drained and shut down, one lost, an attachment that sticks, and an
-// attach limit that moves with what the instance holds. Each leaves its nodes Ready and schedulable; the last
+// and restart: a node that joins tainted, one drained and shut down, one lost, an attachment that sticks, an
+// attach limit that moves with what the instance holds, and a node nobody prepared that joins and then goes. Each leaves its nodes Ready and schedulable; the last
 // step deletes everything and checks that nothing is left, as TestE2E's teardown does.
 func TestNodeLife(t *testing.T) {
 	if !env.local && env.skip == "" {
@@ -63,6 +64,7 @@ func TestNodeLife(t *testing.T) {
 	r.scenario(t, "L3_node_loss_out_of_service", scenarioNodeLoss)
 	r.scenario(t, "L4_stuck_attachment", scenarioStuckAttachment)
 	r.scenario(t, "L5_attach_limit_follows_node", scenarioLimitFollowsNode)
+	r.scenario(t, "L6_node_joins_and_leaves", scenarioNodeJoinsAndLeaves)
 	r.scenario(t, "L9_teardown", func(t *testing.T, r *run) {
 		r.deleteStatefulSets(t)
 		scenarioTeardown(t, r)
@@ -474,6 +476,8 @@ type nodeController interface {
 	StopKubelet(ctx context.Context, node string) error
 	KillNode(ctx context.Context, node string) error
 	RestartNode(ctx context.Context, node string) error
+	AddNode(ctx context.Context, node string) (cluster.NodeInfo, error)
+	RemoveNode(ctx context.Context, node string) error
 }
 
 // restoreNode brings a node a scenario stopped or lost back: its kubelet and containers running, schedulable, Ready,
