@@ -45,6 +45,7 @@ type options struct {
 	imdsEndpoint                       string
 	imds                               bool
 	maxVolumes                         int64
+	reservedAttachments                int
 	maxFormat                          int
 	stateDir                           string
 	legacyXFS                          bool
@@ -85,6 +86,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.loopNodes, "loop-device-nodes", 0, "keep /dev/loopN nodes in /dev for every loop device of the kernel and this many more, and /dev/loop-control, checked at start and every minute: a container's /dev (a kind node's) lacks the nodes of loop devices made after it started, which kubelet's losetup needs for block volumes (0: off)")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for reading the Node (default: in-cluster)")
 	flag.Int64Var(&o.maxVolumes, "max-volumes-per-node", 0, "volumes this node can hold (0: its instance type's limit less the volumes attached to it outside the driver, counted again at each NodeGetInfo)")
+	flag.IntVar(&o.reservedAttachments, "reserved-volume-attachments", -1, "attachment slots reserved for volumes that are not the driver's, the root volume's included; replaces counting them from instance metadata (-1: count them). Not used with --max-volumes-per-node")
 	flag.IntVar(&o.maxFormat, "max-concurrent-format", 2, "mkfs runs at once on this node")
 	flag.BoolVar(&o.legacyXFS, "legacy-xfs", false, "format xfs volumes without reflink, bigtime, inobtcount and nrext64 (those the installed mkfs.xfs knows), so that nodes with kernels up to 5.4 can mount them (node mode)")
 	flag.StringVar(&o.stateDir, "state-dir", driver.DefaultStateDir, "where the node plugin keeps what must outlive it (unfinished mkfs runs, devices of Xen volumes); on the host")
@@ -252,9 +254,16 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 		return nil, nil, fmt.Errorf("node identity (set --instance-id and --zone, or --node-name, or serve instance metadata): %w", err)
 	}
 	limit, known := id.VolumeLimit()
+	info, how := instancetypes.Resolve(id.InstanceType)
 	if !known {
-		klog.InfoS("Instance type unknown; using the default type's volume limit", "instanceType", id.InstanceType,
-			"default", instancetypes.Default, "limit", limit)
+		klog.InfoS("Instance type not in the table; counted by its family's most restrictive size, else the default type",
+			"instanceType", id.InstanceType, "rule", how, "default", instancetypes.Default, "limit", info.VolumeLimit())
+	}
+	reserved := 0 // count them from instance metadata
+	if o.reservedAttachments >= 0 {
+		// The root volume's slot is already out of the type's limit: 0 and 1 reserve the same.
+		reserved = max(o.reservedAttachments, 1)
+		limit = topology.LimitLess(int64(info.VolumeLimit()), reserved-1)
 	}
 	if o.maxVolumes > 0 {
 		limit = o.maxVolumes
@@ -273,7 +282,9 @@ func newNode(ctx context.Context, o *options) (*driver.NodeServer, *nodeLife, er
 		if o.maxVolumes == 0 && md != nil {
 			typeLimit, _ := topology.TypeVolumeLimit(id.InstanceType)
 			nodeOpts.VolumeLimit = nodelife.NewLimits(nodelife.LimitOptions{TypeLimit: typeLimit, Initial: limit,
-				Attached: md.AttachedVolumes, Attachments: attachments, DeviceKey: driver.PublishDevicePath})
+				Attached: md.AttachedVolumes, Attachments: attachments, DeviceKey: driver.PublishDevicePath,
+				Interfaces: md.NetworkInterfaces, Reserved: reserved,
+				TypeLimitWith: func(n int) int64 { return int64(info.VolumeLimitWith(n)) }})
 		}
 	} else {
 		klog.InfoS("No Kubernetes Node (--node-name): no startup taint removal, no shutdown wait, a fixed volume limit")

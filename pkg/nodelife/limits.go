@@ -2,6 +2,7 @@ package nodelife
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,8 +19,18 @@ const (
 
 // LimitOptions configure Limits.
 type LimitOptions struct {
-	// TypeLimit is the instance type's data volume limit (topology.TypeVolumeLimit).
+	// TypeLimit is the instance type's data volume limit with its default network interface
+	// (topology.TypeVolumeLimit).
 	TypeLimit int64
+	// Interfaces reads how many network interfaces the instance has now (topology.Metadata.NetworkInterfaces),
+	// and TypeLimitWith is the type's data volume limit with that many (instancetypes.Info.VolumeLimitWith): on a
+	// shared limit each interface past the primary one takes a slot. Either nil leaves the limit at TypeLimit.
+	Interfaces    func(context.Context) (int, error)
+	TypeLimitWith func(interfaces int) int64
+	// Reserved, when 1 or more, is how many slots volumes other than the driver's take, the root volume's
+	// included (--reserved-volume-attachments): it replaces counting them from instance metadata, and Attached
+	// is not read. 0 counts them.
+	Reserved int
 	// Initial is the answer until the first count: the type's limit less the volumes of the instance's start.
 	Initial int64
 	// Attached reads the device names of the EBS volumes the instance metadata lists besides its root volume
@@ -56,6 +67,7 @@ type Limits struct {
 	mu         sync.Mutex
 	last       int64
 	devices    []string
+	interfaces int  // 0 until read
 	devicesOK  bool // the last read of instance metadata succeeded
 	retryAfter time.Time
 }
@@ -98,11 +110,20 @@ func (l *Limits) MaxVolumes(ctx context.Context) int64 {
 			ours = append(ours, va.Status.AttachmentMetadata[l.opts.DeviceKey])
 		}
 	}
-	foreign := topology.ForeignVolumes(l.devices, ours)
-	limit := topology.LimitLess(l.opts.TypeLimit, foreign)
+	// The root volume's slot is already out of the type's limit.
+	foreign := max(l.opts.Reserved-1, 0)
+	if l.opts.Reserved <= 0 {
+		foreign = topology.ForeignVolumes(l.devices, ours)
+	}
+	typeLimit := l.opts.TypeLimit
+	if l.interfaces > 0 && l.opts.TypeLimitWith != nil {
+		typeLimit = l.opts.TypeLimitWith(l.interfaces)
+	}
+	limit := topology.LimitLess(typeLimit, foreign)
 	if limit != l.last {
-		klog.InfoS("Attach limit changed", "from", l.last, "to", limit, "typeLimit", l.opts.TypeLimit,
-			"instanceVolumes", len(l.devices), "driverVolumes", len(ours), "foreignVolumes", foreign)
+		klog.InfoS("Attach limit changed", "from", l.last, "to", limit, "typeLimit", typeLimit,
+			"networkInterfaces", l.interfaces, "instanceVolumes", len(l.devices), "driverVolumes", len(ours),
+			"foreignVolumes", foreign, "reserved", l.opts.Reserved)
 		l.last = limit
 	}
 	return limit
@@ -111,7 +132,7 @@ func (l *Limits) MaxVolumes(ctx context.Context) int64 {
 // refreshInBackground reads instance metadata in a goroutine, unless a read is in progress or the last one
 // failed too recently.
 func (l *Limits) refreshInBackground() {
-	if l.opts.Attached == nil {
+	if !l.reads() {
 		return
 	}
 	l.mu.Lock()
@@ -126,14 +147,35 @@ func (l *Limits) refreshInBackground() {
 	}()
 }
 
-// fetch reads instance metadata once; the caller holds fetching.
-func (l *Limits) fetch(ctx context.Context) {
-	if l.opts.Attached == nil {
-		return
-	}
+// reads says whether there is instance metadata to read: the volumes (unless Reserved replaces them) or the
+// network interfaces.
+func (l *Limits) reads() bool {
+	return (l.opts.Attached != nil && l.opts.Reserved <= 0) || (l.opts.Interfaces != nil && l.opts.TypeLimitWith != nil)
+}
+
+// read reads what reads says, at most MetadataTimeout.
+func (l *Limits) read(ctx context.Context) (devices []string, interfaces int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.MetadataTimeout)
 	defer cancel()
-	devices, err := l.opts.Attached(ctx)
+	if l.opts.Attached != nil && l.opts.Reserved <= 0 {
+		if devices, err = l.opts.Attached(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	if l.opts.Interfaces != nil && l.opts.TypeLimitWith != nil {
+		if interfaces, err = l.opts.Interfaces(ctx); err != nil {
+			return nil, 0, fmt.Errorf("network interfaces: %w", err)
+		}
+	}
+	return devices, interfaces, nil
+}
+
+// fetch reads instance metadata once; the caller holds fetching.
+func (l *Limits) fetch(ctx context.Context) {
+	if !l.reads() {
+		return
+	}
+	devices, interfaces, err := l.read(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -149,5 +191,5 @@ func (l *Limits) fetch(ctx context.Context) {
 	if !l.devicesOK && !l.retryAfter.IsZero() {
 		klog.InfoS("Instance metadata answers again", "instanceVolumes", len(devices))
 	}
-	l.devices, l.devicesOK = devices, true
+	l.devices, l.interfaces, l.devicesOK = devices, interfaces, true
 }

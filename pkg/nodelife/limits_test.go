@@ -109,3 +109,38 @@ func TestLimitsBeforeAnything(t *testing.T) {
 		t.Errorf("MaxVolumes without instance metadata = %d, want the initial 20", got)
 	}
 }
+
+// TestLimitsCountInterfaces: on a shared limit the network interfaces instance metadata lists take slots, read
+// again as they change; --reserved-volume-attachments replaces counting the volumes, not the interfaces.
+func TestLimitsCountInterfaces(t *testing.T) {
+	var mu sync.Mutex
+	interfaces := 1
+	setInterfaces := func(n int) { mu.Lock(); interfaces = n; mu.Unlock() }
+	read := func(context.Context) (int, error) { mu.Lock(); defer mu.Unlock(); return interfaces, nil }
+	// A shared limit of 27 slots with the primary interface: 26 data volumes, one fewer per extra interface.
+	with := func(n int) int64 { return int64(26 - max(n-1, 0)) }
+	cases := []struct {
+		name     string
+		reserved int
+		devices  []string
+		want1    int64 // with the primary interface alone
+		want3    int64 // with three interfaces
+	}{
+		{"counted from metadata", 0, []string{"sdf"}, 25, 23},
+		{"reserved", 3, []string{"sdf"}, 24, 22},
+		{"reserved for the root volume alone", 1, []string{"sdf", "sdg"}, 26, 24},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			setInterfaces(1)
+			in := &instance{}
+			in.set(nil, tc.devices...)
+			l := NewLimits(LimitOptions{TypeLimit: 26, Initial: 26, Attached: in.attached, Interfaces: read,
+				TypeLimitWith: with, Reserved: tc.reserved, Attachments: startAttachments(t, fake.NewClientset()),
+				DeviceKey: "devicePath", MetadataRetry: 1})
+			settle(t, l, tc.want1)
+			setInterfaces(3)
+			settle(t, l, tc.want3)
+		})
+	}
+}

@@ -66,6 +66,21 @@ func (m *Metadata) AttachedVolumes(ctx context.Context) ([]string, error) {
 	return devices, nil
 }
 
+// NetworkInterfaces counts the network interfaces attached to the instance now: one entry a MAC address under
+// network/interfaces/macs/. Unlike the block device mappings this list follows attachments as they happen, so
+// an interface a CNI plugin adds later counts from then on.
+func (m *Metadata) NetworkInterfaces(ctx context.Context) (int, error) {
+	list, err := m.get(ctx, "network/interfaces/macs/")
+	if err != nil {
+		return 0, err
+	}
+	n := len(strings.Fields(list))
+	if n > maxMappings {
+		return 0, fmt.Errorf("instance metadata: network interfaces: %d entries, more than any instance holds", n)
+	}
+	return n, nil
+}
+
 // ebsMappings lists the ebsN entries of the block device mappings.
 func (m *Metadata) ebsMappings(ctx context.Context) ([]string, error) {
 	list, err := m.get(ctx, "block-device-mapping/")

@@ -8,21 +8,19 @@ import (
 )
 
 // VolumeLimit is how many volumes the driver may attach to the node: its instance type's data volume limit (the
-// table fakecloud enforces and DescribeInstanceTypes reports) less the volumes not the driver's it started with. An unknown or
-// unnamed type counts as instancetypes.Default; known reports which happened.
+// table fakecloud enforces and DescribeInstanceTypes reports) less the volumes not the driver's it started with. A
+// type missing from the table counts as instancetypes.Resolve says; known reports whether it was in the table.
 func (id NodeIdentity) VolumeLimit() (limit int64, known bool) {
 	typeLimit, known := TypeVolumeLimit(id.InstanceType)
 	return LimitLess(typeLimit, id.BootVolumes), known
 }
 
-// TypeVolumeLimit is how many data volumes an instance of the type holds besides its root volume; an unknown
-// or empty type counts as instancetypes.Default, and known says which happened.
+// TypeVolumeLimit is how many data volumes an instance of the type holds besides its root volume with its default
+// network interface; a type missing from the table takes its family's most restrictive size, or the default
+// type's limit (instancetypes.Resolve), and known says whether it was in the table.
 func TypeVolumeLimit(instanceType string) (limit int64, known bool) {
-	info, known := instancetypes.Lookup(instanceType)
-	if !known {
-		info, _ = instancetypes.Lookup(instancetypes.Default)
-	}
-	return int64(info.VolumeLimit()), known
+	info, how := instancetypes.Resolve(instanceType)
+	return int64(info.VolumeLimit()), how == instancetypes.FromTable
 }
 
 // LimitLess is the driver's volume limit when foreign volumes (attached by anything but the driver) take slots

@@ -11,13 +11,19 @@
 // attached, detaching or busy) when it last went running is an ebsN, numbered from 1 in order of attachment,
 // answering its device name without /dev/ ("xvdba"). A volume attached since is missing until the next start; one
 // detached since is still listed until then.
+//
+// meta-data/network/interfaces/macs/ lists one entry per network interface attached to the instance: the
+// primary one, and as many more as the instance was registered with (networkInterfaces). Each has a stable MAC
+// made from the instance ID and the interface's device number, and answers device-number, interface-id and mac.
 package imds
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -195,6 +201,9 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 			zoneID = z.ID
 		}
 	}
+	if rest, ok := strings.CutPrefix(path, "meta-data/network/interfaces/macs/"); ok && rest != "" {
+		return interfaceDocument(v, rest)
+	}
 	if n, ok := strings.CutPrefix(path, "meta-data/block-device-mapping/ebs"); ok {
 		i, err := strconv.Atoi(n)
 		devices := v.StartDevices
@@ -205,7 +214,17 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 	}
 	switch path {
 	case "meta-data", "meta-data/":
-		return strings.Join([]string{"ami-id", "block-device-mapping/", "instance-id", "instance-type", "placement/"}, "\n"), true
+		return strings.Join([]string{"ami-id", "block-device-mapping/", "instance-id", "instance-type", "network/", "placement/"}, "\n"), true
+	case "meta-data/network", "meta-data/network/":
+		return "interfaces/", true
+	case "meta-data/network/interfaces", "meta-data/network/interfaces/":
+		return "macs/", true
+	case "meta-data/network/interfaces/macs", "meta-data/network/interfaces/macs/":
+		var macs []string
+		for i := range interfaceCount(v) {
+			macs = append(macs, mac(v.ID, i)+"/")
+		}
+		return strings.Join(macs, "\n"), true
 	case "meta-data/ami-id":
 		return v.ImageID(), true
 	case "meta-data/instance-id":
@@ -233,6 +252,41 @@ func (h *Handler) document(v state.InstanceView, path string) (string, bool) {
 			AvailabilityZone: v.Zone, ImageID: v.ImageID(), InstanceID: v.ID, InstanceType: v.InstanceType,
 			PendingTime: v.LaunchTime.UTC(), Region: h.src.Region(), Version: "2017-09-30"}, "", "  ")
 		return string(doc), err == nil
+	}
+	return "", false
+}
+
+// interfaceCount is how many network interfaces the instance has: the primary one at least.
+func interfaceCount(v state.InstanceView) int {
+	return max(v.NetworkInterfaces, 1)
+}
+
+// mac is the MAC address of the instance's interface at device number i: locally administered, from a hash of
+// the instance ID, so that it stays the same from call to call and from restart to restart.
+func mac(instanceID string, i int) string {
+	sum := sha256.Sum256([]byte(instanceID))
+	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", sum[0], sum[1], sum[2], sum[3], byte(i))
+}
+
+// interfaceDocument answers a path under network/interfaces/macs/: "<mac>/" lists the keys, "<mac>/<key>" one.
+func interfaceDocument(v state.InstanceView, rest string) (string, bool) {
+	addr, key, _ := strings.Cut(rest, "/")
+	for i := range interfaceCount(v) {
+		if mac(v.ID, i) != addr {
+			continue
+		}
+		switch key {
+		case "":
+			return "device-number\ninterface-id\nmac", true
+		case "device-number":
+			return strconv.Itoa(i), true
+		case "interface-id":
+			// An ENI ID of 17 hex digits, from the same hash as the MAC.
+			sum := sha256.Sum256([]byte(v.ID))
+			return fmt.Sprintf("eni-%x%03x", sum[:7], i), true
+		case "mac":
+			return addr, true
+		}
 	}
 	return "", false
 }

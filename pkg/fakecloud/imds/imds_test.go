@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 func startCloud(t *testing.T) *fakecloudtest.Env {
 	cloud := fakecloud.DefaultCloud()
 	cloud.Instances = []state.InstanceSpec{
-		{ID: fakecloudtest.InstanceA, Zone: "us-east-1a", InstanceType: "c5.large"},
+		{ID: fakecloudtest.InstanceA, Zone: "us-east-1a", InstanceType: "c5.large", NetworkInterfaces: 3},
 		{ID: fakecloudtest.InstanceB, Zone: "us-east-1b"},
 	}
 	return fakecloudtest.Start(t, fakecloudtest.Options{Cloud: &cloud})
@@ -70,6 +71,48 @@ func TestSDKClient(t *testing.T) {
 	var re *smithyhttp.ResponseError
 	if !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusNotFound {
 		t.Errorf("unknown path: %v, want 404", err)
+	}
+}
+
+// TestNetworkInterfaces: network/interfaces/macs/ lists one MAC per interface (the primary one by default), each
+// answering its device number, interface ID and MAC, as a node plugin reads them to count the interfaces.
+func TestNetworkInterfaces(t *testing.T) {
+	e := startCloud(t)
+	ctx := context.Background()
+	read := func(id, path string) (string, error) {
+		out, err := imds.New(imds.Options{Endpoint: e.IMDS(t, id)}).GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+		if err != nil {
+			return "", err
+		}
+		body, err := io.ReadAll(out.Content)
+		return string(body), err
+	}
+	for id, want := range map[string]int{fakecloudtest.InstanceA: 3, fakecloudtest.InstanceB: 1} {
+		list, err := read(id, "network/interfaces/macs/")
+		if err != nil {
+			t.Fatalf("%s: macs: %v", id, err)
+		}
+		macs := strings.Fields(list)
+		if len(macs) != want {
+			t.Fatalf("%s: macs = %q, want %d entries", id, list, want)
+		}
+		seen := map[string]bool{}
+		for i, entry := range macs {
+			mac := strings.TrimSuffix(entry, "/")
+			for key, want := range map[string]string{"mac": mac, "device-number": strconv.Itoa(i)} {
+				if got, err := read(id, "network/interfaces/macs/"+mac+"/"+key); err != nil || got != want {
+					t.Errorf("%s: %s/%s = %q, %v; want %q", id, mac, key, got, err, want)
+				}
+			}
+			eni, err := read(id, "network/interfaces/macs/"+mac+"/interface-id")
+			if err != nil || !strings.HasPrefix(eni, "eni-") || len(eni) != len("eni-")+17 || seen[eni] {
+				t.Errorf("%s: %s/interface-id = %q, %v", id, mac, eni, err)
+			}
+			seen[eni] = true
+		}
+	}
+	if _, err := read(fakecloudtest.InstanceB, "network/interfaces/macs/02:00:00:00:00:00/mac"); err == nil {
+		t.Errorf("an unknown MAC answered")
 	}
 }
 

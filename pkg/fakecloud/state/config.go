@@ -53,6 +53,9 @@ type InstanceSpec struct {
 	Zone            string `json:"zone"`
 	InstanceType    string `json:"instanceType,omitempty"`
 	AttachmentLimit int    `json:"attachmentLimit,omitempty"`
+	// NetworkInterfaces is how many network interfaces the instance has, the primary one's included (0: that
+	// one alone). It does not change the attachment limit fakecloud enforces; the instance metadata lists them.
+	NetworkInterfaces int `json:"networkInterfaces,omitempty"`
 }
 
 // Config is the cloud's shape: its region, zones, instances and timings.
@@ -133,6 +136,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("instance %s is in unknown zone %q", in.ID, in.Zone)
 		}
 		if err := checkInstanceType(in.InstanceType); err != nil {
+			return fmt.Errorf("instance %s: %w", in.ID, err)
+		}
+		if err := checkInterfaces(in.NetworkInterfaces); err != nil {
 			return fmt.Errorf("instance %s: %w", in.ID, err)
 		}
 	}

@@ -30,7 +30,8 @@ func (s *State) instance(id string) (*Instance, error) {
 }
 
 func (s *State) putInstance(spec InstanceSpec) *Instance {
-	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, LaunchTime: s.clock.Now(), State: InstanceRunning}
+	in := &Instance{ID: spec.ID, Zone: spec.Zone, InstanceType: spec.InstanceType, LaunchTime: s.clock.Now(), State: InstanceRunning,
+		NetworkInterfaces: spec.NetworkInterfaces}
 	if in.InstanceType == "" {
 		in.InstanceType = DefaultInstanceType
 	}
@@ -67,6 +68,9 @@ func (s *State) RegisterInstance(spec InstanceSpec) (Instance, error) {
 			return ec2err.New(ec2err.CodeInvalidZoneNotFound, "The zone '%s' does not exist.", spec.Zone)
 		}
 		if err := checkInstanceType(spec.InstanceType); err != nil {
+			return err
+		}
+		if err := checkInterfaces(spec.NetworkInterfaces); err != nil {
 			return err
 		}
 		old, exists := s.instances[spec.ID]

@@ -15,6 +15,17 @@ func checkInstanceType(name string) error {
 	return ec2err.New(ec2err.CodeInvalidInstanceType, "The following supplied instance types do not exist: [%s]", name)
 }
 
+// maxNetworkInterfaces bounds an instance's network interfaces: more than any instance type takes.
+const maxNetworkInterfaces = 64
+
+// checkInterfaces refuses a network interface count no instance has.
+func checkInterfaces(n int) error {
+	if n < 0 || n > maxNetworkInterfaces {
+		return ec2err.New(ec2err.CodeInvalidParameterValue, "Value (%d) for parameter networkInterfaces is invalid. It must be between 0 and %d.", n, maxNetworkInterfaces)
+	}
+	return nil
+}
+
 var instanceTypeFields = fields[instancetypes.Info]{
 	"instance-type":                  func(i *instancetypes.Info) []string { return []string{i.Name} },
 	"hypervisor":                     func(i *instancetypes.Info) []string { return []string{i.Hypervisor} },

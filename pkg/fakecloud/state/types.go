@@ -224,6 +224,9 @@ type Instance struct {
 	// StartDevices are the device names (without /dev/) of the volumes attached when the instance last went
 	// running, in order of attachment: the instance metadata's block device mapping, which EC2 refreshes only then.
 	StartDevices []string `json:"startDevices,omitempty"`
+	// NetworkInterfaces is how many network interfaces the instance has (the instance metadata lists them); 0
+	// is the primary one alone.
+	NetworkInterfaces int `json:"networkInterfaces,omitempty"`
 	// Launch is how RunInstances made the instance; nil for one registered (--instances, the admin API), which
 	// has no root volume modelled.
 	Launch *Launch `json:"launch,omitempty"`
