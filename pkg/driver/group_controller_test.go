@@ -72,7 +72,8 @@ func TestGroupSnapshotCreate(t *testing.T) {
 			ids = append(ids, cmp.Or(vols[s], s))
 		}
 		resp, err := g.CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{Name: name, SourceVolumeIds: ids,
-			Parameters: map[string]string{ParamGroupSnapshotName: "both", ParamGroupSnapshotNamespace: "db", "tagSpecification_1": "team=storage"}})
+			Parameters: map[string]string{ParamGroupSnapshotName: "both", ParamGroupSnapshotNamespace: "db", "tagSpecification_1": "team=storage",
+				"deletionPolicy": "Delete"}})
 		return resp.GetGroupSnapshot(), err
 	}
 	first, err := create("group-1", "a1", "a2")

@@ -387,6 +387,10 @@ func parseSnapshotClass(params map[string]string, group bool) (snapshotParams, e
 		case !group && key == ParamSnapshotContentName:
 			names.VolumeSnapshotContentName = value
 		case group && (key == ParamGroupSnapshotName || key == ParamGroupSnapshotNamespace || key == ParamGroupSnapshotContentName):
+		case group && key == "deletionPolicy":
+			// The class's own field, which Kubernetes' e2e framework (v1.36) also copies into the parameters of
+			// the classes it makes: nothing for the driver.
+			continue
 		default:
 			lower := strings.ToLower(key)
 			switch {
