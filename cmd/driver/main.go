@@ -143,6 +143,7 @@ func run(o *options) error {
 		ctrl := driver.NewControllerServer(c)
 		go ctrl.LearnZones(ctx)
 		services.Controller = ctrl
+		services.GroupController = driver.NewGroupControllerServer(ctrl)
 	}
 	var life *nodeLife
 	if o.mode != modeController {

@@ -75,6 +75,14 @@ type Cloud interface {
 	// ListSnapshots lists this driver's snapshots, optionally of one source disk, a page at a time.
 	ListSnapshots(ctx context.Context, opts SnapshotListOptions) (*SnapshotPage, error)
 
+	// CreateSnapshotGroup snapshots several disks at one instant (crash-consistent across them) under a CSI group
+	// snapshot name, and returns without waiting for the snapshots to complete. The disks must all be attached
+	// to one instance, whose other disks are left out; otherwise it gives ErrNotColocated and makes nothing. It
+	// is idempotent by name: the same name with other disks gives ErrAlreadyExists.
+	CreateSnapshotGroup(ctx context.Context, name string, volumeIDs []string, opts SnapshotOptions) (*SnapshotGroup, error)
+	// GetSnapshotGroup describes the snapshots of a group; ErrNotFound if none is left.
+	GetSnapshotGroup(ctx context.Context, groupID string) (*SnapshotGroup, error)
+
 	// GetInstance describes an instance (a node); ErrNotFound if there is none.
 	GetInstance(ctx context.Context, instanceID string) (*Instance, error)
 	// ListZones lists the region's availability zones.

@@ -45,6 +45,9 @@ var (
 	// ErrInstanceGone: the instance is shutting down or terminated, or does not exist; no disk can be attached
 	// to it, and its attachments end without the caller. Errors that match it also match ErrNotFound.
 	ErrInstanceGone = errors.New("instance gone")
+	// ErrNotColocated: the disks of a snapshot group are not all attached to one instance (some detached, or
+	// attached to different instances), so no one instant can be taken of them together.
+	ErrNotColocated = errors.New("disks not attached to one instance")
 	// ErrAttachmentStuck: an attachment stayed attaching past the bound, also after it was force-detached and
 	// made again. The attachment may still complete; asking again later starts over.
 	ErrAttachmentStuck = errors.New("attachment stuck attaching")

@@ -2,13 +2,17 @@ package cloud
 
 import "strings"
 
-// Tag keys the driver puts on the resources it creates. TagName and TagSnapshotName make disks and snapshots
-// findable by their CSI names; the others record which cluster and claim they belong to.
+// Tag keys the driver puts on the resources it creates. TagName, TagSnapshotName and TagGroupSnapshotID make
+// disks, snapshots and snapshot groups findable by their CSI names; the others record which cluster and claim they belong to.
 const (
 	// TagName holds the CSI volume name of a disk.
 	TagName = "CSIVolumeName"
 	// TagSnapshotName holds the CSI snapshot name of a snapshot.
 	TagSnapshotName = "CSIVolumeSnapshotName"
+	// TagGroupSnapshotName holds the CSI group snapshot name on each snapshot of a group, TagGroupSnapshotID the
+	// group's ID, by which the group's snapshots are found.
+	TagGroupSnapshotName = "CSIVolumeGroupSnapshotName"
+	TagGroupSnapshotID   = "diskforge.io/group-snapshot-id"
 	// TagClusterID holds the cluster ID when one is configured.
 	TagClusterID = "diskforge.io/cluster-id"
 	// TagKubernetesClusterPrefix + cluster ID = "owned" is the tag Kubernetes cloud tooling looks for.
@@ -23,7 +27,7 @@ const (
 // driver finds its disks and snapshots, and tells its clusters apart, by them.
 func ReservedTag(key string) bool {
 	switch key {
-	case TagName, TagSnapshotName, TagClusterID, TagPVCName, TagPVCNamespace, TagPVName:
+	case TagName, TagSnapshotName, TagGroupSnapshotName, TagGroupSnapshotID, TagClusterID, TagPVCName, TagPVCNamespace, TagPVName:
 		return true
 	}
 	return strings.HasPrefix(key, TagKubernetesClusterPrefix)

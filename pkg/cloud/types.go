@@ -147,7 +147,9 @@ type Modification struct {
 type Snapshot struct {
 	ID string
 	// Name is the CSI snapshot name (its TagSnapshotName tag); empty for snapshots the driver did not create.
-	Name           string
+	Name string
+	// GroupID is the ID of the snapshot group the snapshot belongs to (its TagGroupSnapshotID tag), if any.
+	GroupID        string
 	SourceVolumeID string
 	SizeGiB        int32
 	State          string
@@ -157,6 +159,31 @@ type Snapshot struct {
 	CreationTime time.Time
 	Description  string
 	Tags         map[string]string
+}
+
+// GroupIDPrefix begins every snapshot group ID: the cloud has no object for a group, so its IDs are the
+// driver's own.
+const GroupIDPrefix = "vgs-"
+
+// SnapshotGroup is snapshots of several disks taken at one instant.
+type SnapshotGroup struct {
+	ID string
+	// Name is the CSI group snapshot name.
+	Name string
+	// Snapshots are ordered by source disk ID.
+	Snapshots []*Snapshot
+	// CreationTime is the instant the snapshots were taken.
+	CreationTime time.Time
+}
+
+// ReadyToUse reports whether every snapshot of the group is.
+func (g *SnapshotGroup) ReadyToUse() bool {
+	for _, s := range g.Snapshots {
+		if !s.ReadyToUse {
+			return false
+		}
+	}
+	return len(g.Snapshots) > 0
 }
 
 // SnapshotOptions are the parameters of a new snapshot.

@@ -18,7 +18,7 @@ import (
 
 func snapshotOf(s *cloud.Snapshot) *csi.Snapshot {
 	return &csi.Snapshot{SnapshotId: s.ID, SourceVolumeId: s.SourceVolumeID, SizeBytes: int64(s.SizeGiB) * gib,
-		CreationTime: timestamppb.New(s.CreationTime), ReadyToUse: s.ReadyToUse}
+		CreationTime: timestamppb.New(s.CreationTime), ReadyToUse: s.ReadyToUse, GroupSnapshotId: s.GroupID}
 }
 
 func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
@@ -106,6 +106,17 @@ func (c *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		return nil, err
 	}
 	defer release()
+	// A snapshot of a group goes with its group only (CSI lets the plugin refuse it), so that no group is left
+	// without one of its volumes.
+	snap, err := c.cloud.GetSnapshot(ctx, id)
+	switch {
+	case errors.Is(err, cloud.ErrNotFound):
+		return &csi.DeleteSnapshotResponse{}, nil
+	case err != nil:
+		return nil, rpcError(fmt.Errorf("delete snapshot %s: %w", id, err))
+	case snap.GroupID != "":
+		return nil, rpcError(fmt.Errorf("%w %s: delete snapshot %s with its group", errGroupMember, snap.GroupID, id))
+	}
 	if err := c.cloud.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, cloud.ErrNotFound) {
 		return nil, rpcError(fmt.Errorf("delete snapshot %s: %w", id, err))
 	}

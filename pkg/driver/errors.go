@@ -33,7 +33,9 @@ func codeFor(err error) codes.Code {
 	// A node that is terminated or shutting down is one that does not exist, as CSI means it.
 	case errors.Is(err, cloud.ErrInstanceGone), errors.Is(err, cloud.ErrNotFound):
 		return codes.NotFound
-	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter):
+	// A group's snapshot deleted alone, or a group named with snapshots not its own: CSI's codes for both.
+	case errors.Is(err, cloud.ErrInvalidArgument), errors.Is(err, topology.ErrNoZone), errors.Is(err, errInvalidParameter),
+		errors.Is(err, errGroupMember), errors.Is(err, errSnapshotListMismatch):
 		return codes.InvalidArgument
 	case errors.Is(err, cloud.ErrOutOfRange):
 		return codes.OutOfRange
@@ -41,7 +43,9 @@ func codeFor(err error) codes.Code {
 	// ResourceExhausted kubelet re-reads NodeGetInfo's limit into CSINode (MutableCSINodeAllocatableCount).
 	case errors.Is(err, cloud.ErrLimitExceeded), errors.Is(err, cloud.ErrInsufficientCapacity):
 		return codes.ResourceExhausted
+	// ErrNotColocated is CSI's "cannot snapshot multiple volumes together".
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
+		errors.Is(err, cloud.ErrNotColocated),
 		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged), errors.Is(err, errStagedAsFilesystem),
 		errors.Is(err, errForeignPath):
 		return codes.FailedPrecondition

@@ -34,6 +34,7 @@ func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 		caps = append(caps,
 			&csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}},
 			&csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}}},
+			&csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE}}},
 		)
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil

@@ -49,6 +49,10 @@ const (
 	ParamSnapshotName        = "csi.storage.k8s.io/volumesnapshot/name"
 	ParamSnapshotNamespace   = "csi.storage.k8s.io/volumesnapshot/namespace"
 	ParamSnapshotContentName = "csi.storage.k8s.io/volumesnapshotcontent/name"
+	// Group snapshot parameters from the snapshotter's --extra-create-metadata.
+	ParamGroupSnapshotName        = "csi.storage.k8s.io/volumegroupsnapshot/name"
+	ParamGroupSnapshotNamespace   = "csi.storage.k8s.io/volumegroupsnapshot/namespace"
+	ParamGroupSnapshotContentName = "csi.storage.k8s.io/volumegroupsnapshotcontent/name"
 
 	// ParamFastSnapshotRestoreZones (VolumeSnapshotClass): comma-separated zones to turn fast snapshot restore
 	// on in for each new snapshot.
@@ -354,6 +358,19 @@ type snapshotParams struct {
 // parseSnapshotParams reads VolumeSnapshotClass parameters: tags, whose values may name the snapshot's objects
 // (package tagspec), plus the snapshotter's metadata, recorded as tags; and the fast snapshot restore zones.
 func parseSnapshotParams(params map[string]string) (snapshotParams, error) {
+	return parseSnapshotClass(params, false)
+}
+
+// parseGroupSnapshotParams reads VolumeGroupSnapshotClass parameters: tags (their values name no objects:
+// tagspec knows none of a group) plus the snapshotter's group metadata, recorded as tags. Fast snapshot
+// restores are not offered for groups.
+func parseGroupSnapshotParams(params map[string]string) (cloud.SnapshotOptions, error) {
+	p, err := parseSnapshotClass(params, true)
+	return p.opts, err
+}
+
+// parseSnapshotClass reads the parameters of a snapshot class, or of a group snapshot class when group is set.
+func parseSnapshotClass(params map[string]string, group bool) (snapshotParams, error) {
 	var (
 		p     snapshotParams
 		specs []tagParam
@@ -362,17 +379,22 @@ func parseSnapshotParams(params map[string]string) (snapshotParams, error) {
 	)
 	for _, key := range slices.Sorted(maps.Keys(params)) {
 		value := params[key]
-		switch key {
-		case ParamSnapshotName:
+		switch {
+		case !group && key == ParamSnapshotName:
 			names.VolumeSnapshotName = value
-		case ParamSnapshotNamespace:
+		case !group && key == ParamSnapshotNamespace:
 			names.VolumeSnapshotNamespace = value
-		case ParamSnapshotContentName:
+		case !group && key == ParamSnapshotContentName:
 			names.VolumeSnapshotContentName = value
+		case group && (key == ParamGroupSnapshotName || key == ParamGroupSnapshotNamespace || key == ParamGroupSnapshotContentName):
+		case group && key == "deletionPolicy":
+			// The class's own field, which Kubernetes' e2e framework (v1.36) also copies into the parameters of
+			// the classes it makes: nothing for the driver.
+			continue
 		default:
 			lower := strings.ToLower(key)
 			switch {
-			case lower == ParamFastSnapshotRestoreZones:
+			case !group && lower == ParamFastSnapshotRestoreZones:
 				zones, err := zoneList(key, value)
 				if err != nil {
 					return snapshotParams{}, err
@@ -380,6 +402,8 @@ func parseSnapshotParams(params map[string]string) (snapshotParams, error) {
 				p.fastRestoreZones = zones
 			case strings.HasPrefix(lower, ParamTagSpecPrefix):
 				specs = append(specs, tagParam{key, value})
+			case group:
+				return snapshotParams{}, invalidParam("unknown group snapshot parameter %q", key)
 			default:
 				return snapshotParams{}, invalidParam("unknown snapshot parameter %q", key)
 			}

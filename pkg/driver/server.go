@@ -25,7 +25,9 @@ import (
 type Services struct {
 	Identity   csi.IdentityServer
 	Controller csi.ControllerServer
-	Node       csi.NodeServer
+	// GroupController may be nil; it is served only beside Controller.
+	GroupController csi.GroupControllerServer
+	Node            csi.NodeServer
 }
 
 // NewGRPCServer registers the services behind logging, metrics and panic recovery interceptors. reg may be nil.
@@ -36,6 +38,9 @@ func NewGRPCServer(s Services, reg prometheus.Registerer) *grpc.Server {
 	csi.RegisterIdentityServer(srv, s.Identity)
 	if s.Controller != nil {
 		csi.RegisterControllerServer(srv, s.Controller)
+		if s.GroupController != nil {
+			csi.RegisterGroupControllerServer(srv, s.GroupController)
+		}
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(srv, s.Node)

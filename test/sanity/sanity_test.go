@@ -39,13 +39,13 @@ const nodeLimit = 6
 
 // want is what each variant's csi-sanity run reports when the driver works: pinned, so that a spec that starts
 // skipping (a capability lost, a test option no longer set) or stops being counted fails CI as a failure would.
-// The 13 skipped specs are the services the driver does not offer (GetCapacity, group snapshots, volume health,
+// The 7 skipped specs are the services the driver does not offer (GetCapacity, volume health,
 // NodeGetStorageHealth, snapshot accessibility constraints, ControllerPublishVolume's readonly); the pending one
 // is csi-sanity's own (ListVolumes pagination while volumes change). Update it with the reasons a run prints.
 var want = map[string]specCounts{
-	"ext4":  {passed: 89, skipped: 13, pending: 1},
-	"xfs":   {passed: 89, skipped: 13, pending: 1},
-	"block": {passed: 89, skipped: 13, pending: 1},
+	"ext4":  {passed: 95, skipped: 7, pending: 1},
+	"xfs":   {passed: 95, skipped: 7, pending: 1},
+	"block": {passed: 95, skipped: 7, pending: 1},
 }
 
 // specCounts are the outcomes of a run's specs; failed counts every failure state (failed, panicked, timed
@@ -189,10 +189,12 @@ func runVariant(t *testing.T, variant string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctrl := driver.NewControllerServer(c)
 	srv := driver.NewGRPCServer(driver.Services{
-		Identity:   driver.NewIdentityServer("disk.csi.diskforge.io", "sanity", true, nil),
-		Controller: driver.NewControllerServer(c),
-		Node:       node,
+		Identity:        driver.NewIdentityServer("disk.csi.diskforge.io", "sanity", true, nil),
+		Controller:      ctrl,
+		GroupController: driver.NewGroupControllerServer(ctrl),
+		Node:            node,
 	}, nil)
 	dir := t.TempDir()
 	t.Cleanup(func() { testutil.UnmountUnder(t, dir) })

@@ -65,6 +65,7 @@ func toSnapshot(s ec2types.Snapshot) *cloud.Snapshot {
 		Tags:           tagMap(s.Tags),
 	}
 	out.Name = out.Tags[cloud.TagSnapshotName]
+	out.GroupID = out.Tags[cloud.TagGroupSnapshotID]
 	out.ReadyToUse = s.State == ec2types.SnapshotStateCompleted
 	if out.ReadyToUse {
 		out.Progress = 100

@@ -14,16 +14,25 @@ import (
 // GetInstance implements cloud.Cloud. It goes through the instance batcher, so the first attaches to many
 // instances at once learn their devices in one call.
 func (c *Cloud) GetInstance(ctx context.Context, instanceID string) (*cloud.Instance, error) {
+	in, err := c.describeInstance(ctx, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	return toInstance(in), nil
+}
+
+// describeInstance is EC2's description of an instance, through the instance batcher.
+func (c *Cloud) describeInstance(ctx context.Context, instanceID string) (ec2types.Instance, error) {
 	o, err := c.instances.get(ctx, instanceID)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("get instance %s: %w", instanceID, err)
+		return ec2types.Instance{}, fmt.Errorf("get instance %s: %w", instanceID, err)
 	case o.err != nil:
-		return nil, classify("DescribeInstances", o.err)
+		return ec2types.Instance{}, classify("DescribeInstances", o.err)
 	case !o.found:
-		return nil, newError("get instance", cloud.ErrNotFound, "instance %s does not exist", instanceID)
+		return ec2types.Instance{}, newError("get instance", cloud.ErrNotFound, "instance %s does not exist", instanceID)
 	}
-	return toInstance(o.value), nil
+	return o.value, nil
 }
 
 // fetchInstances is the instance batcher's call: DescribeInstances with an instance-id filter, which (unlike

@@ -41,30 +41,44 @@ func (c *Cloud) CreateSnapshot(ctx context.Context, name, volumeID string, opts 
 	if opts.Description != "" {
 		in.Description = aws.String(opts.Description)
 	}
+	return createUnlessMade(ctx, c, op, name, func() (*cloud.Snapshot, error) {
+		out, err := c.ec2.CreateSnapshot(ctx, in, c.retry.forAction("CreateSnapshot"), withRetryables(isThrottle))
+		if err != nil {
+			return nil, classify("CreateSnapshot", err)
+		}
+		s := toSnapshot(ec2types.Snapshot{SnapshotId: out.SnapshotId, VolumeId: out.VolumeId, VolumeSize: out.VolumeSize,
+			State: out.State, Progress: out.Progress, StartTime: out.StartTime, Description: out.Description, Tags: out.Tags})
+		klog.V(2).InfoS("Snapshot created", "name", name, "snapshotID", s.ID, "volumeID", volumeID)
+		return s, nil
+	}, func() (*cloud.Snapshot, bool, error) { return c.existingSnapshot(ctx, name, volumeID) })
+}
+
+// createUnlessMade calls create, which takes no idempotency token, so the SDK may only replay throttled
+// attempts (create's call must say so, with withRetryables(isThrottle)). After an ambiguous failure (5xx, no
+// answer) it looks with existing, whose done is true when it found what create makes (or failed to look),
+// before trying again, so a lost reply leaves nothing twice.
+func createUnlessMade[T any](ctx context.Context, c *Cloud, op, name string, create func() (T, error), existing func() (T, bool, error)) (T, error) {
+	var zero T
 	bo := c.wait.newBackOff()
 	for attempt := 1; ; attempt++ {
-		out, err := c.ec2.CreateSnapshot(ctx, in, c.retry.forAction("CreateSnapshot"), withRetryables(isThrottle))
+		made, err := create()
 		if err == nil {
-			s := toSnapshot(ec2types.Snapshot{SnapshotId: out.SnapshotId, VolumeId: out.VolumeId, VolumeSize: out.VolumeSize,
-				State: out.State, Progress: out.Progress, StartTime: out.StartTime, Description: out.Description, Tags: out.Tags})
-			klog.V(2).InfoS("Snapshot created", "name", name, "snapshotID", s.ID, "volumeID", volumeID)
-			return s, nil
+			return made, nil
 		}
-		cerr := classify("CreateSnapshot", err)
-		if !isTransient(cerr) || errors.Is(cerr, cloud.ErrThrottled) || ctx.Err() != nil {
-			return nil, cerr
+		if !isTransient(err) || errors.Is(err, cloud.ErrThrottled) || ctx.Err() != nil {
+			return zero, err
 		}
-		// Ambiguous: the snapshot may have been made. Look before trying again.
-		if s, done, lerr := c.existingSnapshot(ctx, name, volumeID); done {
-			return s, lerr
+		// Ambiguous: it may have been made. Look before trying again.
+		if found, done, lerr := existing(); done {
+			return found, lerr
 		}
 		if attempt >= c.retry.opts.MaxAttempts {
-			return nil, cerr
+			return zero, err
 		}
-		klog.V(2).InfoS("CreateSnapshot failed ambiguously and made no snapshot; trying again", "name", name, "err", cerr)
+		klog.V(2).InfoS("Creation failed ambiguously and made nothing; trying again", "op", op, "name", name, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%s %q: %w", op, name, ctx.Err())
+			return zero, fmt.Errorf("%s %q: %w", op, name, ctx.Err())
 		case <-time.After(bo.NextBackOff()):
 		}
 	}
@@ -171,9 +185,10 @@ func (c *Cloud) GetSnapshotByName(ctx context.Context, name string) (*cloud.Snap
 	return nil, newError("get snapshot by name", cloud.ErrNotFound, "no snapshot named %q", name)
 }
 
-// ListSnapshots implements cloud.Cloud: the snapshots that carry a CSI name (and this cluster's tag, if set).
+// ListSnapshots implements cloud.Cloud: the snapshots that carry a CSI name or group (and this cluster's tag, if set).
 func (c *Cloud) ListSnapshots(ctx context.Context, opts cloud.SnapshotListOptions) (*cloud.SnapshotPage, error) {
-	filters := []ec2types.Filter{filter("tag-key", cloud.TagSnapshotName)}
+	// A group's snapshots carry no name of their own, but they are the driver's too.
+	filters := []ec2types.Filter{filter("tag-key", cloud.TagSnapshotName, cloud.TagGroupSnapshotID)}
 	if opts.SourceVolumeID != "" {
 		filters = append(filters, filter("volume-id", opts.SourceVolumeID))
 	}

@@ -289,8 +289,9 @@ func TestChartRefuses(t *testing.T) {
 //     annotation on the pod templates (see normaliseHelm);
 //   - the label app.kubernetes.io/part-of, which base sets on its objects only (not on the kind overlay's
 //     fakecloud and snapshot-controller); the chart sets it on every object, checked in normaliseHelm;
-//   - metadata.namespace on VolumeSnapshotClass and VolumeAttributesClass: cluster-scoped, but kustomize's
-//     schema does not know them, so its namespace: field gives them one (the API server drops it).
+//   - metadata.namespace on VolumeSnapshotClass, VolumeGroupSnapshotClass and VolumeAttributesClass:
+//     cluster-scoped, but kustomize's schema does not know them, so its namespace: field gives them one (the API
+//     server drops it).
 func normaliseKustomize(objs []obj) []obj {
 	generated := regexp.MustCompile(`^(aws-credentials|diskforge-cloud)-[a-z0-9]{10}$`)
 	for i, o := range objs {
@@ -303,7 +304,7 @@ func normaliseKustomize(objs []obj) []obj {
 	return objs
 }
 
-var clusterScopedUnknownToKustomize = map[string]bool{"VolumeSnapshotClass": true, "VolumeAttributesClass": true}
+var clusterScopedUnknownToKustomize = map[string]bool{"VolumeSnapshotClass": true, "VolumeGroupSnapshotClass": true, "VolumeAttributesClass": true}
 
 // helmLabels are Helm's standard labels, on every object of the chart and on none of the overlays'.
 var helmLabels = map[string]string{

@@ -23,6 +23,7 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S9_tags", scenarioTags)
 	r.scenario(t, "S4_snapshot_restore", scenarioSnapshotRestore)
 	r.scenario(t, "S4b_clone", scenarioClone)
+	r.scenario(t, "S4c_group_snapshot", scenarioGroupSnapshot)
 	r.scenario(t, "S5_block", scenarioBlock)
 	r.scenario(t, "S10_provisioned_iops", scenarioProvisionedIOPS)
 	r.scenario(t, "S6_allowed_topologies", scenarioAllowedTopologies)

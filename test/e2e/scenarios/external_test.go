@@ -21,7 +21,7 @@ import (
 // [Testpattern: <pattern>] [<tags>] <suite> <test>" (e2e.test -ginkgo.dry-run -ginkgo.v lists them). ciSpecs are
 // the subset make e2e runs, by their full names: provisioning with a clone as data source, data kept on filesystem
 // and block volumes, exec from a volume, online (xfs) and offline (default fs, ext4) expansion, snapshot and
-// restore, topology, CSINode limits, two volumes across nodes, pods sharing a volume, fsGroup, and two
+// restore, a volume group snapshot, topology, CSINode limits, two volumes across nodes, pods sharing a volume, fsGroup, and two
 // disruptive specs that stop kubelet over SSH (a pod deleted while kubelet is down has its volume unmounted when
 // kubelet returns; data written before a kubelet restart is readable after it). About 7 minutes here, of which the
 // disruptive two take 1 (23 s and 34 s). The run must run exactly these and each must pass: a spec renamed
@@ -35,6 +35,7 @@ var ciSpecs = []string{
 	driverSpec + "[Testpattern: Dynamic PV (xfs)] [Slow] volume-expand should resize volume when PVC is edited while pod is using it",
 	driverSpec + "[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand Verify if offline PVC expansion works",
 	driverSpec + "[Testpattern: Dynamic Snapshot (delete policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller should check snapshot fields, check restore correctly works after modifying source data, check deletion (persistent)",
+	driverSpec + "[Testpattern:  (delete policy)] volumegroupsnapshottable-stress [Feature:volumegroupsnapshot] should support volume group snapshotting of StatefulSet volumes repeatedly [Slow] [Serial]",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should provision a volume and schedule a pod with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should fail to schedule a pod which has topologies that conflict with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (filesystem volmode)] volumeLimits should verify that all csinodes have volume limits",
