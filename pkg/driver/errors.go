@@ -43,7 +43,7 @@ func codeFor(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
 		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged), errors.Is(err, errStagedAsFilesystem),
-		errors.Is(err, errForeignPath):
+		errors.Is(err, errForeignPath), errors.Is(err, errSELinuxLabels):
 		return codes.FailedPrecondition
 	case errors.Is(err, errPathInUse):
 		return codes.AlreadyExists
