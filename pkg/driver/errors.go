@@ -47,7 +47,7 @@ func codeFor(err error) codes.Code {
 	case errors.Is(err, cloud.ErrZoneMismatch), errors.Is(err, cloud.ErrInUse), errors.Is(err, errOnlineResizeRefused),
 		errors.Is(err, cloud.ErrNotColocated),
 		errors.Is(err, errDeviceHasData), errors.Is(err, errNotStaged), errors.Is(err, errStagedAsFilesystem),
-		errors.Is(err, errForeignPath):
+		errors.Is(err, errForeignPath), errors.Is(err, errSELinuxLabels):
 		return codes.FailedPrecondition
 	case errors.Is(err, errPathInUse):
 		return codes.AlreadyExists

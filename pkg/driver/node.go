@@ -243,6 +243,8 @@ var (
 	errVolumeNotAtPath = errors.New("volume not found at path")
 	// errStagedAsFilesystem: a block publish of a volume staged with a filesystem.
 	errStagedAsFilesystem = errors.New("volume is staged with a filesystem")
+	// errSELinuxLabels: a publish asks for other SELinux labels than the staged filesystem has.
+	errSELinuxLabels = errors.New("SELinux labels differ from the staged filesystem's")
 )
 
 // checkVolumeCapability validates one capability the way the controller does, and its mount flags, and returns

@@ -52,6 +52,14 @@ type fakeMachine struct {
 	unmountHook func(target string) error
 	// diskseq numbers the devices as the kernel does, anew on every attach and loop bind.
 	diskseq int
+	// mountCalls are the options of each mount call, in order.
+	mountCalls []fakeMountCall
+}
+
+// fakeMountCall is one mount as the node asked for it.
+type fakeMountCall struct {
+	target, fsType string
+	opts           []string
 }
 
 // fakeDevice is a block device: its size, and what is on it.
@@ -185,6 +193,13 @@ func (m *fakeMachine) ranMkfsArgs() [][]string {
 	return slices.Clone(m.mkfsArgs)
 }
 
+// ranMounts reports the mount calls so far.
+func (m *fakeMachine) ranMounts() []fakeMountCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mountCalls)
+}
+
 func (m *fakeMachine) ranBlkid() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -283,6 +298,7 @@ var perMount = map[string]bool{"ro": true, "rw": true, "noexec": true, "nosuid":
 func (m *fakeMachine) mount(source, target, fsType string, opts []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.mountCalls = append(m.mountCalls, fakeMountCall{target: target, fsType: fsType, opts: slices.Clone(opts)})
 	real, err := resolve(target)
 	if err != nil {
 		return err
@@ -320,6 +336,9 @@ func (m *fakeMachine) mount(source, target, fsType string, opts []string) error 
 		if i := m.topmost(src); i >= 0 {
 			from := m.table[i]
 			info.Major, info.Minor, info.Root, info.FSType, info.Source = from.info.Major, from.info.Minor, from.info.Root, from.info.FSType, from.info.Source
+			// A bind shares its source's superblock, and with it the filesystem's options (SELinux labels too);
+			// the kernel ignores filesystem options on a bind.
+			info.VFSOptions = from.info.VFSOptions
 			m.add(info, from.node)
 			return nil
 		}

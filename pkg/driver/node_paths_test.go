@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,6 +84,15 @@ func TestCheckMountFlags(t *testing.T) {
 		{[]string{"-o", "rw"}, false, false},
 		{[]string{"a=b=c"}, false, false},
 		{[]string{"nosuid\n"}, false, false},
+		// SELinux contexts as kubelet passes them (seLinuxMount): quoted, commas inside the quotes
+		{[]string{`context="system_u:object_r:container_file_t:s0:c0,c1"`}, true, true},
+		{[]string{`noatime,context="system_u:object_r:container_file_t:s0:c0,c1",nodev`}, false, true},
+		{[]string{`defcontext="system_u:object_r:container_file_t:s0:c0,c1"`, "fscontext=system_u:object_r:container_file_t:s0"}, false, true},
+		{[]string{"context=system_u:object_r:container_file_t:s0", "context=system_u:object_r:container_file_t:s0"}, false, true},
+		{[]string{"context=system_u:object_r:container_file_t:s0", "context=system_u:object_r:container_file_t:s1"}, false, false},
+		{[]string{`context="system_u:object_r:container_file_t:s0:c0,c1`}, false, false},
+		{[]string{`context="system_u:object_r:container_file_t:s0:c0,c1",rw`}, true, false},
+		{[]string{`noatime="a,b"`}, false, false},
 	}
 	for _, tc := range tests {
 		err := checkMountFlags(tc.flags, tc.readOnly)
@@ -91,6 +101,48 @@ func TestCheckMountFlags(t *testing.T) {
 		}
 		if err != nil && status.Code(err) != codes.InvalidArgument {
 			t.Errorf("checkMountFlags(%q) code %s, want InvalidArgument", tc.flags, status.Code(err))
+		}
+	}
+}
+
+func TestSplitMountOptions(t *testing.T) {
+	tests := []struct {
+		list string
+		want []string // nil: refused
+	}{
+		{"noatime", []string{"noatime"}},
+		{"noatime,nodev", []string{"noatime", "nodev"}},
+		{"noatime,", []string{"noatime", ""}},
+		{"", []string{""}},
+		{`context="system_u:object_r:container_file_t:s0:c0,c1"`, []string{`context="system_u:object_r:container_file_t:s0:c0,c1"`}},
+		{`ro,context="a:b:c:s0:c0,c1",fscontext="a:b:c:s0:c2,c3"`, []string{"ro", `context="a:b:c:s0:c0,c1"`, `fscontext="a:b:c:s0:c2,c3"`}},
+		{`context="a:b:c:s0:c0,c1`, nil},
+		{`context=a:b:c:s0:c0",c1`, nil},
+	}
+	for _, tc := range tests {
+		got, err := splitMountOptions(tc.list)
+		if tc.want == nil {
+			if err == nil {
+				t.Errorf("splitMountOptions(%q) = %q, want an error", tc.list, got)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("splitMountOptions(%q) = %q, %v; want %q", tc.list, got, err, tc.want)
+		}
+	}
+}
+
+func TestWithoutSELinuxContexts(t *testing.T) {
+	const c = `context="system_u:object_r:container_file_t:s0:c0,c1"`
+	for _, tc := range []struct{ flags, want []string }{
+		{nil, nil},
+		{[]string{c}, nil},
+		{[]string{"noatime", c}, []string{"noatime"}},
+		{[]string{"nodev," + c + ",noexec", "rootcontext=a:b:c"}, []string{"nodev,noexec"}},
+	} {
+		if got := withoutSELinuxContexts(tc.flags); !slices.Equal(got, tc.want) {
+			t.Errorf("withoutSELinuxContexts(%q) = %q, want %q", tc.flags, got, tc.want)
 		}
 	}
 }

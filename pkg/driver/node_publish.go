@@ -81,6 +81,10 @@ func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []strin
 	if !staged || mountDev(smi) != rdev {
 		return fmt.Errorf("%w: staging path %s is not a mount of volume %s's device", errNotStaged, p.staging, p.volumeID)
 	}
+	// The bind shares the staged filesystem's SELinux labels: a publish asking for others cannot have them.
+	if conflict := seLinuxContextConflict(mountFlags, smi.VFSOptions); conflict != "" {
+		return fmt.Errorf("%w: volume %s at %s: %s", errSELinuxLabels, p.volumeID, p.staging, conflict)
+	}
 	if p.singleWriter {
 		mounts, err := mountsOfDevice(n.host, rdev)
 		if err != nil {
@@ -95,7 +99,7 @@ func (n *NodeServer) publishMount(p publication, rdev uint64, mountFlags []strin
 	if done, err := n.alreadyPublished(p, rdev, false); done || err != nil {
 		return err
 	}
-	return n.bindMount(p, p.staging, mountFlags)
+	return n.bindMount(p, p.staging, withoutSELinuxContexts(mountFlags))
 }
 
 func (n *NodeServer) publishBlock(p publication, rdev uint64) error {

@@ -97,6 +97,11 @@ func (n *NodeServer) formatAndMount(ctx context.Context, volumeID, dev, staging,
 			return fmt.Errorf("%w: staging path %s is mounted from %s (%d:%d, %s), not from volume %s's device %s (%s)",
 				errPathInUse, staging, mi.Source, mi.Major, mi.Minor, mi.FSType, volumeID, dev, fsType)
 		}
+		// kubelet stages a volume once with the SELinux label of its pods: a stage asking for other labels than
+		// the mount has would leave the pods unable to use it.
+		if conflict := seLinuxContextConflict(mountFlags, mi.VFSOptions); conflict != "" {
+			return fmt.Errorf("%w: volume %s is staged at %s, but %s", errPathInUse, volumeID, staging, conflict)
+		}
 		klog.V(4).InfoS("Volume already staged", "volume", volumeID, "device", dev, "stagingPath", staging)
 		// A stage that crashed after mounting had not grown the filesystem yet. The mount is not this call's to
 		// undo (kubelet may hold it as staged, uncertainly): a failure says it stays.

@@ -154,6 +154,22 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		{
+			name: "SELinux nodes: the node plugin reads the host's SELinux config",
+			set:  []string{"node.selinux=true"},
+			kind: "DaemonSet", objNm: "diskforge-node",
+			want: map[string]any{
+				"spec.template.spec.containers[driver].volumeMounts[selinux-config]": map[string]any{
+					"name": "selinux-config", "mountPath": "/etc/selinux/config", "readOnly": true},
+				"spec.template.spec.volumes[selinux-config].hostPath": map[string]any{"path": "/etc/selinux/config", "type": "File"},
+			},
+		},
+		{
+			name: "SELinux nodes: the CSIDriver declares seLinuxMount",
+			set:  []string{"node.selinux=true"},
+			kind: "CSIDriver", objNm: "disk.csi.diskforge.io",
+			want: map[string]any{"spec.seLinuxMount": true, "spec.attachRequired": true},
+		},
+		{
 			name: "fakecloud's kube-nodes mode on with fakecloud",
 			set:  []string{"fakecloud.enabled=true", "fakecloud.kubeNodes.zones={us-east-1c}"},
 			kind: "Deployment", objNm: "fakecloud",
