@@ -77,9 +77,11 @@ type Cloud interface {
 
 	// CreateSnapshotGroup snapshots several disks at one instant (crash-consistent across them) under a CSI group
 	// snapshot name, and returns without waiting for the snapshots to complete. The disks must all be attached
-	// to one instance, whose other disks are left out; otherwise it gives ErrNotColocated and makes nothing. It
-	// is idempotent by name: the same name with other disks gives ErrAlreadyExists.
-	CreateSnapshotGroup(ctx context.Context, name string, volumeIDs []string, opts SnapshotOptions) (*SnapshotGroup, error)
+	// to one instance, whose other disks are left out; otherwise it gives ErrNotColocated and makes nothing,
+	// unless opts.MultiInstance, which takes each instance's disks at one instant and detached disks alone. It
+	// makes the whole group or nothing, and is idempotent by name: the same name with other disks gives
+	// ErrAlreadyExists.
+	CreateSnapshotGroup(ctx context.Context, name string, volumeIDs []string, opts SnapshotGroupOptions) (*SnapshotGroup, error)
 	// GetSnapshotGroup describes the snapshots of a group; ErrNotFound if none is left.
 	GetSnapshotGroup(ctx context.Context, groupID string) (*SnapshotGroup, error)
 

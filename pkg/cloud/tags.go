@@ -13,6 +13,9 @@ const (
 	// group's ID, by which the group's snapshots are found.
 	TagGroupSnapshotName = "CSIVolumeGroupSnapshotName"
 	TagGroupSnapshotID   = "diskforge.io/group-snapshot-id"
+	// TagGroupSnapshotSize holds how many snapshots the group has, so that what an interrupted create left
+	// (fewer) is told from a whole group of other disks.
+	TagGroupSnapshotSize = "diskforge.io/group-snapshot-size"
 	// TagClusterID holds the cluster ID when one is configured.
 	TagClusterID = "diskforge.io/cluster-id"
 	// TagKubernetesClusterPrefix + cluster ID = "owned" is the tag Kubernetes cloud tooling looks for.
@@ -27,7 +30,7 @@ const (
 // driver finds its disks and snapshots, and tells its clusters apart, by them.
 func ReservedTag(key string) bool {
 	switch key {
-	case TagName, TagSnapshotName, TagGroupSnapshotName, TagGroupSnapshotID, TagClusterID, TagPVCName, TagPVCNamespace, TagPVName:
+	case TagName, TagSnapshotName, TagGroupSnapshotName, TagGroupSnapshotID, TagGroupSnapshotSize, TagClusterID, TagPVCName, TagPVCNamespace, TagPVName:
 		return true
 	}
 	return strings.HasPrefix(key, TagKubernetesClusterPrefix)

@@ -165,7 +165,8 @@ type Snapshot struct {
 // driver's own.
 const GroupIDPrefix = "vgs-"
 
-// SnapshotGroup is snapshots of several disks taken at one instant.
+// SnapshotGroup is snapshots of several disks taken at one instant (one per instance, if taken with
+// SnapshotGroupOptions.MultiInstance).
 type SnapshotGroup struct {
 	ID string
 	// Name is the CSI group snapshot name.
@@ -190,6 +191,15 @@ func (g *SnapshotGroup) ReadyToUse() bool {
 type SnapshotOptions struct {
 	Description string
 	Tags        map[string]string
+}
+
+// SnapshotGroupOptions are the parameters of a new snapshot group.
+type SnapshotGroupOptions struct {
+	SnapshotOptions
+	// MultiInstance takes a group whose disks are not all attached to one instance anyway: one instant per
+	// instance (their instants differ by the spacing of the calls), and detached disks one by one, which are
+	// written by nothing.
+	MultiInstance bool
 }
 
 // Instance is a machine disks attach to: a node.

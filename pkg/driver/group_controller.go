@@ -78,7 +78,8 @@ func (g *GroupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("group snapshot %q of volumes %v: %w", name, sources, err))
 	}
-	klog.InfoS("Group snapshot created", "name", name, "groupSnapshotID", grp.ID, "volumeIDs", sources, "ready", grp.ReadyToUse())
+	klog.InfoS("Group snapshot created", "name", name, "groupSnapshotID", grp.ID, "volumeIDs", sources, "multiInstance", opts.MultiInstance,
+		"ready", grp.ReadyToUse())
 	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: groupSnapshotOf(grp)}, nil
 }
 

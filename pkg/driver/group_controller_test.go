@@ -1,18 +1,26 @@
 package driver
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/diskforge/diskforge/pkg/cloud"
+	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
 )
 
@@ -259,5 +267,158 @@ func TestGroupControllerServed(t *testing.T) {
 		return c.GetService().GetType() == csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE
 	}) {
 		t.Errorf("plugin capabilities = %v, %v; want GROUP_CONTROLLER_SERVICE", plugin, err)
+	}
+}
+
+// A group spread over two instances and a detached volume is refused by default and taken, one CreateSnapshots
+// per instance and one CreateSnapshot per detached volume, under multiInstance; it is then a group like any.
+func TestGroupSnapshotMultiInstance(t *testing.T) {
+	ctrl, env := newTestController(t)
+	g := NewGroupControllerServer(ctrl)
+	ctx := context.Background()
+	vols := groupVolumes(t, ctrl, env, map[string]string{"a1": "us-east-1a", "a2": "us-east-1a", "b1": "us-east-1b",
+		"d1": "detached:us-east-1a", "d2": "detached:us-east-1b"})
+	multi := map[string]string{"multiInstance": "true", "tagSpecification_1": "team=storage", "deletionPolicy": "Delete"}
+	groups := map[string]*csi.VolumeGroupSnapshot{}
+	cases := []struct {
+		name    string
+		group   string
+		sources []string
+		params  map[string]string
+		code    codes.Code
+		errText string
+	}{
+		{name: "two instances and a detached volume, strict", group: "spread", sources: []string{"a1", "b1", "d1"},
+			code: codes.FailedPrecondition, errText: `multiInstance: "true"`},
+		{name: "multiInstance false is strict", group: "spread", sources: []string{"a1", "b1", "d1"},
+			params: map[string]string{"multiInstance": "false"}, code: codes.FailedPrecondition, errText: "one instance"},
+		{name: "multiInstance not a bool", group: "spread", sources: []string{"a1", "b1", "d1"},
+			params: map[string]string{"multiInstance": "sometimes"}, code: codes.InvalidArgument, errText: "multiInstance"},
+		{name: "two instances and a detached volume", group: "spread", sources: []string{"a1", "a2", "b1", "d1"}, params: multi},
+		{name: "idempotent repeat", group: "spread", sources: []string{"d1", "b1", "a2", "a1"}, params: multi},
+		{name: "conflicting repeat", group: "spread", sources: []string{"a1", "b1"}, params: multi, code: codes.AlreadyExists},
+		{name: "detached volumes only", group: "detached", sources: []string{"d1", "d2"}, params: multi},
+		{name: "one instance under multiInstance", group: "one", sources: []string{"a1", "a2"}, params: multi},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ids []string
+			for _, s := range tc.sources {
+				ids = append(ids, vols[s])
+			}
+			resp, err := g.CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{Name: tc.group, SourceVolumeIds: ids, Parameters: tc.params})
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.errText) {
+				t.Fatalf("err = %v, want %s containing %q", err, tc.code, tc.errText)
+			}
+			if tc.code != codes.OK {
+				return
+			}
+			got := resp.GetGroupSnapshot()
+			if want := slices.Sorted(slices.Values(ids)); !slices.Equal(sourcesOf(got), want) {
+				t.Errorf("sources = %v, want %v", sourcesOf(got), want)
+			}
+			if prev, ok := groups[tc.group]; ok && (got.GetGroupSnapshotId() != prev.GetGroupSnapshotId() ||
+				!slices.Equal(snapshotIDsOf(got), snapshotIDsOf(prev))) {
+				t.Errorf("repeat = %v, want %v", got, prev)
+			}
+			groups[tc.group] = got
+			for _, s := range got.GetSnapshots() {
+				snap, err := ctrl.cloud.GetSnapshot(ctx, s.GetSnapshotId())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.GetGroupSnapshotId() != got.GetGroupSnapshotId() || snap.Tags[cloud.TagGroupSnapshotName] != tc.group || snap.Tags["team"] != "storage" {
+					t.Errorf("snapshot %s: group %q, tags %v", snap.ID, s.GetGroupSnapshotId(), snap.Tags)
+				}
+			}
+		})
+	}
+
+	spread := groups["spread"]
+	if spread == nil {
+		t.Fatal("no spread group")
+	}
+	id, members := spread.GetGroupSnapshotId(), snapshotIDsOf(spread)
+	fakecloudtest.WaitFor(t, 10*time.Second, "group "+id+" ready", func(ctx context.Context) (bool, error) {
+		got, err := g.GetVolumeGroupSnapshot(ctx, &csi.GetVolumeGroupSnapshotRequest{GroupSnapshotId: id, SnapshotIds: members})
+		if err == nil && !slices.Equal(snapshotIDsOf(got.GetGroupSnapshot()), members) {
+			t.Fatalf("get = %v, want the snapshots %v", got.GetGroupSnapshot(), members)
+		}
+		return err == nil && got.GetGroupSnapshot().GetReadyToUse(), err
+	})
+	if _, err := g.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: id, SnapshotIds: members}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range members {
+		if _, err := ctrl.cloud.GetSnapshot(ctx, s); status.Code(rpcError(err)) != codes.NotFound {
+			t.Errorf("snapshot %s of the deleted group: %v, want NotFound", s, err)
+		}
+	}
+	if _, err := g.GetVolumeGroupSnapshot(ctx, &csi.GetVolumeGroupSnapshotRequest{GroupSnapshotId: id}); status.Code(err) != codes.NotFound {
+		t.Errorf("get the deleted group: %v, want NotFound", err)
+	}
+}
+
+// attachBeforeCreateSnapshot runs attach, once armed, before the first CreateSnapshot request goes out: a volume
+// attached while a group is taken.
+type attachBeforeCreateSnapshot struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	attach func()
+}
+
+func (a *attachBeforeCreateSnapshot) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		a.mu.Lock()
+		attach := a.attach
+		if bytes.Contains(body, []byte("Action=CreateSnapshot&")) {
+			a.attach = nil
+		} else {
+			attach = nil
+		}
+		a.mu.Unlock()
+		if attach != nil {
+			attach()
+		}
+	}
+	return a.next.RoundTrip(req)
+}
+
+// A detached volume attached while the group is taken may have been written during its snapshot: the group is
+// refused with Aborted, and nothing is left of it.
+func TestGroupSnapshotMultiInstanceAttachedMidCall(t *testing.T) {
+	// A CA bundle from the environment needs the SDK's own client, which a plain one replacing it is not.
+	t.Setenv("AWS_CA_BUNDLE", "")
+	hook := &attachBeforeCreateSnapshot{next: http.DefaultTransport}
+	ctrl, env := newTestController(t, func(o *ec2cloud.Options) { o.HTTPClient = &http.Client{Transport: hook} })
+	g := NewGroupControllerServer(ctrl)
+	ctx := context.Background()
+	vols := groupVolumes(t, ctrl, env, map[string]string{"a1": "us-east-1a", "d1": "detached:us-east-1a"})
+	ec2c := env.EC2(t)
+	hook.attach = func() {
+		if _, err := ec2c.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: aws.String(vols["d1"]), InstanceId: aws.String(env.Instances["us-east-1a"]),
+			Device: aws.String("/dev/xvdbz")}); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := g.CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{Name: "moving", SourceVolumeIds: []string{vols["a1"], vols["d1"]},
+		Parameters: map[string]string{"multiInstance": "true"}})
+	if status.Code(err) != codes.Aborted || !strings.Contains(status.Convert(err).Message(), vols["d1"]) {
+		t.Fatalf("err = %v, want Aborted naming %s", err, vols["d1"])
+	}
+	if hook.attach != nil {
+		t.Fatal("no CreateSnapshot was made")
+	}
+	all, err := ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.GetEntries()) != 0 {
+		t.Errorf("snapshots left: %v", all.GetEntries())
 	}
 }

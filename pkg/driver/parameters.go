@@ -57,6 +57,10 @@ const (
 	// ParamFastSnapshotRestoreZones (VolumeSnapshotClass): comma-separated zones to turn fast snapshot restore
 	// on in for each new snapshot.
 	ParamFastSnapshotRestoreZones = "fastsnapshotrestoreavailabilityzones"
+
+	// ParamMultiInstance (VolumeGroupSnapshotClass, "multiInstance"): a bool; when true a group whose volumes
+	// are on several instances, or detached, is taken one instance at a time instead of refused.
+	ParamMultiInstance = "multiinstance"
 )
 
 // EBS's bounds on the volume initialization rate, MiB/s.
@@ -353,6 +357,8 @@ type snapshotParams struct {
 	opts cloud.SnapshotOptions
 	// fastRestoreZones are the zones to turn fast snapshot restore on in, in the order given, without repeats.
 	fastRestoreZones []string
+	// multiInstance is a group class's ParamMultiInstance.
+	multiInstance bool
 }
 
 // parseSnapshotParams reads VolumeSnapshotClass parameters: tags, whose values may name the snapshot's objects
@@ -363,10 +369,10 @@ func parseSnapshotParams(params map[string]string) (snapshotParams, error) {
 
 // parseGroupSnapshotParams reads VolumeGroupSnapshotClass parameters: tags (their values name no objects:
 // tagspec knows none of a group) plus the snapshotter's group metadata, recorded as tags. Fast snapshot
-// restores are not offered for groups.
-func parseGroupSnapshotParams(params map[string]string) (cloud.SnapshotOptions, error) {
+// restores are not offered for groups. multiInstance opts in to groups spread over several instances.
+func parseGroupSnapshotParams(params map[string]string) (cloud.SnapshotGroupOptions, error) {
 	p, err := parseSnapshotClass(params, true)
-	return p.opts, err
+	return cloud.SnapshotGroupOptions{SnapshotOptions: p.opts, MultiInstance: p.multiInstance}, err
 }
 
 // parseSnapshotClass reads the parameters of a snapshot class, or of a group snapshot class when group is set.
@@ -400,6 +406,12 @@ func parseSnapshotClass(params map[string]string, group bool) (snapshotParams, e
 					return snapshotParams{}, err
 				}
 				p.fastRestoreZones = zones
+			case group && lower == ParamMultiInstance:
+				on, err := boolParam(key, value)
+				if err != nil {
+					return snapshotParams{}, err
+				}
+				p.multiInstance = on
 			case strings.HasPrefix(lower, ParamTagSpecPrefix):
 				specs = append(specs, tagParam{key, value})
 			case group:

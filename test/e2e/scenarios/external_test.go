@@ -35,7 +35,7 @@ var ciSpecs = []string{
 	driverSpec + "[Testpattern: Dynamic PV (xfs)] [Slow] volume-expand should resize volume when PVC is edited while pod is using it",
 	driverSpec + "[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand Verify if offline PVC expansion works",
 	driverSpec + "[Testpattern: Dynamic Snapshot (delete policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller should check snapshot fields, check restore correctly works after modifying source data, check deletion (persistent)",
-	driverSpec + "[Testpattern:  (delete policy)] volumegroupsnapshottable-stress [Feature:volumegroupsnapshot] should support volume group snapshotting of StatefulSet volumes repeatedly [Slow] [Serial]",
+	driverSpec + "[Testpattern:  (delete policy)] volumegroupsnapshottable [Feature:volumegroupsnapshot] VolumeGroupSnapshottable should create snapshots for StatefulSet volumes and verify data consistency after restore",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should provision a volume and schedule a pod with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should fail to schedule a pod which has topologies that conflict with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (filesystem volmode)] volumeLimits should verify that all csinodes have volume limits",
@@ -111,7 +111,11 @@ func TestExternalStorage(t *testing.T) {
 	}
 	bin := filepath.Join(root, ".cache", "e2e-bin", "e2e.test")
 	if *binDirFlag != "" {
-		bin = filepath.Join(*binDirFlag, "e2e.test")
+		// Absolute: the command runs in root (cmd.Dir below).
+		var err error
+		if bin, err = filepath.Abs(filepath.Join(*binDirFlag, "e2e.test")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v (run hack/build-e2e-tools.sh)", err)
@@ -157,6 +161,9 @@ func TestExternalStorage(t *testing.T) {
 	}
 
 	cmd := exec.CommandContext(t.Context(), bin, args...)
+	// driver.yaml's GroupSnapshotClass.FromFile is read as given (os.ReadFile, not the framework's testfiles):
+	// relative to the repository root.
+	cmd.Dir = root
 	// The disruptive specs reach the nodes over SSH (test/e2e/framework/ssh reads the key and user from here).
 	cmd.Env = append(append(os.Environ(), "KUBE_TEST_REPO_LIST="+env.repoList), env.ssh.Env()...)
 	logFile := filepath.Join(runDir, "e2e.log")
