@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // ioStat is what a fake device's stat file says: requests, 512-byte sectors and milliseconds of each direction,
@@ -140,4 +141,56 @@ func TestVolumeMetrics(t *testing.T) {
 			t.Errorf("%s: %s", p.Metric, p.Text)
 		}
 	})
+}
+
+// TestVolumeMetricsOnLoopDevice: direct writes and reads of a real loop device, staged as a block volume,
+// move its series by what they moved.
+func TestVolumeMetricsOnLoopDevice(t *testing.T) {
+	e := newNodeEnv(t, NodeOptions{})
+	id, dev := e.volume(16*mib, nil)
+	staging := e.path("staging")
+	must(t, os.Mkdir(staging, 0o750))
+	e.mustStage(id, staging, blockCap(rwo), map[string]string{ContextPVCNamespace: "ns", ContextPVCName: "claim"})
+	t.Cleanup(func() { e.mustUnstage(id, staging) })
+	labels := "namespace=ns,persistentvolumeclaim=claim,volume_id=" + id
+	value := func(metric string) float64 {
+		t.Helper()
+		for _, line := range strings.Split(scrape(t, e.node, metric), "\n") {
+			if rest, ok := strings.CutPrefix(line, metric+"{"+labels+"} "); ok {
+				var v float64
+				_, err := fmt.Sscan(rest, &v)
+				must(t, err)
+				return v
+			}
+		}
+		t.Fatalf("no %s series of %s", metric, id)
+		return 0
+	}
+	writes, written, reads, read := value(metricVolumeWriteOps), value(metricVolumeWriteBytes), value(metricVolumeReadOps), value(metricVolumeReadBytes)
+
+	const n = 1 << 20
+	f, err := os.OpenFile(dev, os.O_RDWR|unix.O_DIRECT, 0)
+	must(t, err)
+	defer f.Close()
+	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE) // page-aligned for O_DIRECT
+	must(t, err)
+	defer func() { _ = unix.Munmap(buf) }()
+	buf[0] = 1
+	_, err = f.WriteAt(buf, 0)
+	must(t, err)
+	_, err = f.ReadAt(buf, 2*n)
+	must(t, err)
+
+	if got := value(metricVolumeWriteBytes) - written; got < n {
+		t.Errorf("write bytes grew by %v, want at least %d", got, n)
+	}
+	if got := value(metricVolumeWriteOps) - writes; got < 1 {
+		t.Errorf("write ops grew by %v", got)
+	}
+	if got := value(metricVolumeReadBytes) - read; got < n {
+		t.Errorf("read bytes grew by %v, want at least %d", got, n)
+	}
+	if got := value(metricVolumeReadOps) - reads; got < 1 {
+		t.Errorf("read ops grew by %v", got)
+	}
 }
