@@ -1,7 +1,11 @@
 package iolimits
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
 )
 
 // Collector reports each limited volume's counters (Stats) at scrape time, for fakecloud's registry.
@@ -42,4 +46,24 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.Waits), id)
 		return true
 	})
+}
+
+// Report keys of the volume's report file (fuseblock.Reporter): nanoseconds held at the IOPS and throughput
+// limits, ExceededIOPS and ExceededThroughput, as 20 digits so that the report's length never changes. A node
+// plugin that sees fakecloud's FUSE mount reads them (docs/driver.md, Metrics).
+const (
+	ReportExceededIOPS       = "exceeded_iops_ns"
+	ReportExceededThroughput = "exceeded_throughput_ns"
+)
+
+var _ fuseblock.Reporter = (*Policy)(nil)
+
+// Report is the volume's exceeded times, or false while its limits are not known.
+func (p *Policy) Report(volumeID string) ([]byte, bool) {
+	st, ok := p.Stats(volumeID)
+	if !ok {
+		return nil, false
+	}
+	return fmt.Appendf(nil, "%s %020d\n%s %020d\n", ReportExceededIOPS, st.ExceededIOPS.Nanoseconds(),
+		ReportExceededThroughput, st.ExceededThroughput.Nanoseconds()), true
 }

@@ -1,6 +1,11 @@
 package iolimits
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock"
+	"github.com/diskforge/diskforge/pkg/fakecloud/fuseblock/fuseblocktest"
 )
 
 // TestExceededTime: the time a volume is held by each kind of limit is wall time: one client's waits in a
@@ -65,5 +71,36 @@ diskforge_fakecloud_volume_throttled_ios_total{volume_id="vol-1"} 100
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// TestReportFile: the mount serves each limited volume's exceeded times in its report file beside the volume's
+// file, as they are when read; a volume the policy does not limit has none.
+func TestReportFile(t *testing.T) {
+	h := newHarness(t, true, map[string]Spec{"vol-1": {Type: "io2", SizeGiB: 10, Iops: 100}})
+	m := fuseblocktest.Serve(t, fuseblock.Chain(fuseblock.NopPolicy{}, h.p))
+	m.Create("vol-1", 1<<20)
+	m.Create("vol-2", 1<<20)
+	report := func(id string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(m.FS.MountPoint(), fuseblock.ReportName(id+".img")))
+		return string(b), err
+	}
+	if _, err := report("vol-1"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("report before any I/O: %v, want none", err)
+	}
+	m.Read("vol-1", 0, 4096)
+	m.Read("vol-2", 0, 4096)
+	want := "exceeded_iops_ns 00000000000000000000\nexceeded_throughput_ns 00000000000000000000\n"
+	if got, err := report("vol-1"); err != nil || got != want {
+		t.Fatalf("report = %q, %v; want %q", got, err, want)
+	}
+	h.do(t, "vol-1", fuseblock.OpRead, 4096, 200) // a second's worth beyond the bucket, waited on the fake clock
+	st, _ := h.p.Stats("vol-1")
+	want = fmt.Sprintf("exceeded_iops_ns %020d\nexceeded_throughput_ns 00000000000000000000\n", st.ExceededIOPS.Nanoseconds())
+	if got, err := report("vol-1"); err != nil || got != want || st.ExceededIOPS == 0 {
+		t.Fatalf("report = %q, %v; want %q", got, err, want)
+	}
+	if _, err := report("vol-2"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("report of a volume without limits: %v, want none", err)
 	}
 }
