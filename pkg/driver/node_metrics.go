@@ -1,6 +1,15 @@
 package driver
 
 import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
@@ -16,6 +25,10 @@ const (
 	metricVolumeReadSeconds  = "diskforge_node_volume_read_seconds_total"
 	metricVolumeWriteSeconds = "diskforge_node_volume_write_seconds_total"
 	metricVolumeQueueLength  = "diskforge_node_volume_queue_length"
+	// The time the volume was held at its provisioned IOPS and throughput, where this node can read it: a
+	// fakecloud FUSE volume whose mount the node sees (volumeExceeded).
+	metricVolumeExceededIOPS       = "diskforge_node_volume_exceeded_iops_seconds_total"
+	metricVolumeExceededThroughput = "diskforge_node_volume_exceeded_throughput_seconds_total"
 )
 
 // volumeMetricLabels name the volume and its claim; the claim's labels are those of kubelet's
@@ -30,6 +43,7 @@ type volumeCollector struct {
 	readOps, writeOps                   *prometheus.Desc
 	readBytes, writeBytes               *prometheus.Desc
 	readSeconds, writeSeconds, inFlight *prometheus.Desc
+	exceededIOPS, exceededThroughput    *prometheus.Desc
 }
 
 // Collector is the node's per-volume metrics collector, for the caller's registry.
@@ -45,11 +59,16 @@ func (n *NodeServer) Collector() prometheus.Collector {
 		readSeconds:  desc(metricVolumeReadSeconds, "Summed time of the completed read requests of the volume's block device, from issue to completion."),
 		writeSeconds: desc(metricVolumeWriteSeconds, "Summed time of the completed write requests of the volume's block device, from issue to completion."),
 		inFlight:     desc(metricVolumeQueueLength, "Requests issued to the volume's block device and not completed yet."),
+		exceededIOPS: desc(metricVolumeExceededIOPS,
+			"Time the volume had I/O held at its provisioned IOPS (fakecloud FUSE volumes whose mount this node sees)."),
+		exceededThroughput: desc(metricVolumeExceededThroughput,
+			"Time the volume had I/O held at its provisioned throughput (fakecloud FUSE volumes whose mount this node sees)."),
 	}
 }
 
 func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.readOps, c.writeOps, c.readBytes, c.writeBytes, c.readSeconds, c.writeSeconds, c.inFlight} {
+	for _, d := range []*prometheus.Desc{c.readOps, c.writeOps, c.readBytes, c.writeBytes, c.readSeconds, c.writeSeconds, c.inFlight,
+		c.exceededIOPS, c.exceededThroughput} {
 		ch <- d
 	}
 }
@@ -60,7 +79,7 @@ func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
 		klog.ErrorS(err, "Listing the staged volumes for their metrics failed")
 	}
 	for _, v := range vols {
-		st, ok, err := c.n.volumeBlockStat(v.volumeID)
+		st, rdev, ok, err := c.n.volumeBlockStat(v.volumeID)
 		if err != nil {
 			klog.V(2).InfoS("Reading the volume's block statistics failed", "volume", v.volumeID, "err", err)
 		}
@@ -78,24 +97,72 @@ func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.readSeconds, st.ReadTime.Seconds())
 		counter(c.writeSeconds, st.WriteTime.Seconds())
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(st.InFlight), labels...)
+		if iops, tput, ok := c.n.volumeExceeded(rdev); ok {
+			counter(c.exceededIOPS, iops.Seconds())
+			counter(c.exceededThroughput, tput.Seconds())
+		}
 	}
 }
 
-// volumeBlockStat reads the statistics of the volume's device, found as every other call finds it; ok is false
-// when the volume has no device on the node now (detached under a staging kubelet has not undone yet).
-func (n *NodeServer) volumeBlockStat(volumeID string) (blockstat.Stat, bool, error) {
+// volumeBlockStat reads the statistics of the volume's device (numbered rdev), found as every other call finds
+// it; ok is false when the volume has no device on the node now (detached under a staging kubelet has not
+// undone yet).
+func (n *NodeServer) volumeBlockStat(volumeID string) (st blockstat.Stat, rdev uint64, ok bool, err error) {
 	dev, err := n.devices.Lookup(volumeID)
 	if err != nil || dev == "" {
-		return blockstat.Stat{}, false, err
+		return st, 0, false, err
 	}
 	rdev, isBlock, err := n.host.blockDevice(dev)
 	if err != nil || !isBlock {
-		return blockstat.Stat{}, false, err
+		return st, 0, false, err
 	}
 	raw, err := n.sys.attr(rdev, "stat")
 	if err != nil {
-		return blockstat.Stat{}, false, err
+		return st, 0, false, err
 	}
-	st, err := blockstat.Parse(raw)
-	return st, err == nil, err
+	st, err = blockstat.Parse(raw)
+	return st, rdev, err == nil, err
+}
+
+// fakecloud's FUSE backend serves, beside each volume's file on its mount, a report file ".<file>.report" of
+// "key nanoseconds" lines (package fakecloud/iolimits) with the time the volume was held at its limits.
+const (
+	reportExceededIOPS       = "exceeded_iops_ns"
+	reportExceededThroughput = "exceeded_throughput_ns"
+	maxReportSize            = 4096
+)
+
+// volumeExceeded reads the exceeded times of the loop device numbered rdev from the report file beside its
+// backing file; ok is false for any other device, and where this node does not see the mount the backing file
+// is on (fakecloud in another mount namespace, on another node): then there is nothing to report, rather than
+// a made-up zero.
+func (n *NodeServer) volumeExceeded(rdev uint64) (iops, tput time.Duration, ok bool) {
+	name, err := n.sys.kernelName(rdev)
+	if err != nil || !isLoopName(name) {
+		return 0, 0, false
+	}
+	d, bound, err := n.sys.block.Read(name)
+	if err != nil || !bound || !d.Live() {
+		return 0, 0, false
+	}
+	f, err := os.Open(filepath.Join(filepath.Dir(d.Backing), "."+filepath.Base(d.Backing)+".report"))
+	if err != nil {
+		return 0, 0, false
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxReportSize))
+	if err != nil {
+		return 0, 0, false
+	}
+	values := map[string]time.Duration{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		k, v, found := strings.Cut(sc.Text(), " ")
+		if ns, err := strconv.ParseInt(v, 10, 64); found && err == nil && ns >= 0 {
+			values[k] = time.Duration(ns)
+		}
+	}
+	iops, okIOPS := values[reportExceededIOPS]
+	tput, okTput := values[reportExceededThroughput]
+	return iops, tput, okIOPS && okTput
 }

@@ -110,6 +110,22 @@ func TestVolumeMetrics(t *testing.T) {
 			t.Errorf("scrape:\n%s\nwant:\n%s", got, want)
 		}
 	})
+	t.Run("exceeded times where the node sees fakecloud's mount", func(t *testing.T) {
+		mount := t.TempDir()
+		must(t, os.WriteFile(filepath.Join(m.sys.block.Root, loopA.name, "loop", "backing_file"), []byte(mount+"/"+idA+".img\n"), 0o644))
+		for metric, none := range map[string]string{metricVolumeExceededIOPS: "", metricVolumeExceededThroughput: ""} {
+			if got := scrape(t, e.node, metric); got != none {
+				t.Errorf("without a report file, series:\n%s", got)
+			}
+		}
+		must(t, os.WriteFile(filepath.Join(mount, "."+idA+".img.report"),
+			[]byte("exceeded_iops_ns 00000000001500000000\nexceeded_throughput_ns 00000000000000000250\n"), 0o444))
+		for metric, want := range map[string]string{metricVolumeExceededIOPS: "1.5", metricVolumeExceededThroughput: "2.5e-07"} {
+			if got, want := scrape(t, e.node, metric), metric+"{"+a+"} "+want+"\n"; got != want {
+				t.Errorf("scrape:\n%s\nwant:\n%s", got, want)
+			}
+		}
+	})
 	t.Run("a restarted plugin reports the same volumes", func(t *testing.T) {
 		restarted, err := NewNodeServer(e.node.opts)
 		must(t, err)
