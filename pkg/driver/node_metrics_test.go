@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/diskforge/diskforge/pkg/fakecloud/iolimits"
 )
 
 // ioStat is what a fake device's stat file says: requests, 512-byte sectors and milliseconds of each direction,
@@ -208,5 +210,46 @@ func TestVolumeMetricsOnLoopDevice(t *testing.T) {
 	}
 	if got := value(metricVolumeReadOps) - reads; got < 1 {
 		t.Errorf("read ops grew by %v", got)
+	}
+}
+
+// TestVolumeExceededOnFuse: a volume of fakecloud's fuse backend held at 100 IOPS reports, through the report
+// file beside its loop device's backing file (the node and the backend share this process's mounts), the time
+// it was held; a volume on a plain loop device reports none (TestVolumeMetricsOnLoopDevice's have none either).
+func TestVolumeExceededOnFuse(t *testing.T) {
+	limits := iolimits.New(iolimits.Options{Lookup: func(string) (iolimits.Spec, bool) {
+		return iolimits.Spec{Type: "io2", SizeGiB: 4, Iops: 100}, true
+	}})
+	e := newFuseNodeEnv(t, limits)
+	id, dev := e.volume(16*mib, nil)
+	staging := e.path("staging")
+	must(t, os.Mkdir(staging, 0o750))
+	e.mustStage(id, staging, blockCap(rwo), nil)
+	t.Cleanup(func() { e.mustUnstage(id, staging) })
+
+	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
+	must(t, err)
+	defer f.Close()
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	must(t, err)
+	defer func() { _ = unix.Munmap(buf) }()
+	// A second's worth of reads comes out of the full bucket; the next ones are held.
+	for i := range 130 {
+		_, err := f.ReadAt(buf, int64(i)*4096)
+		must(t, err)
+	}
+	st, ok := limits.Stats(id)
+	if !ok || st.ExceededIOPS == 0 {
+		t.Fatalf("the policy held nothing: %+v", st)
+	}
+	labels := "namespace=,persistentvolumeclaim=,volume_id=" + id
+	got := scrape(t, e.node, metricVolumeExceededIOPS, metricVolumeExceededThroughput)
+	var iops, tput float64
+	if _, err := fmt.Sscanf(got, metricVolumeExceededIOPS+"{"+labels+"} %g\n"+metricVolumeExceededThroughput+"{"+labels+"} %g\n", &iops, &tput); err != nil {
+		t.Fatalf("scrape:\n%s: %v", got, err)
+	}
+	// Read after the policy's stats: the series can only have grown since.
+	if iops < st.ExceededIOPS.Seconds() || tput != 0 {
+		t.Errorf("exceeded IOPS %gs, throughput %gs; the policy held the volume %v at its IOPS, never at its throughput", iops, tput, st.ExceededIOPS)
 	}
 }
