@@ -157,6 +157,8 @@ func run(o *options) error {
 		if err != nil {
 			return err
 		}
+		// Each staged volume's I/O statistics, read at scrape time, on --http-endpoint with the rest.
+		reg.MustRegister(node.Collector())
 		services.Node, life = node, l
 	}
 	services.Identity = driver.NewIdentityServer(o.name, version.Get().Version, services.Controller != nil, nil)

@@ -199,6 +199,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if params.blockAttach {
 		volCtx[ContextBlockAttachUntilInitialized] = "true"
 	}
+	if params.names.PVCName != "" && params.names.PVCNamespace != "" {
+		volCtx[ContextPVCNamespace], volCtx[ContextPVCName] = params.names.PVCNamespace, params.names.PVCName
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           disk.ID,
 		CapacityBytes:      int64(disk.SizeGiB) * gib,

@@ -138,6 +138,11 @@ func TestControllerCreateVolume(t *testing.T) {
 		{name: "ext3", req: &csi.CreateVolumeRequest{Name: "pvc-m", VolumeCapabilities: []*csi.VolumeCapability{mountCap(FSExt3, rwo)},
 			Parameters: map[string]string{ParamFSType: "ext3", "blockSize": "1024"}}, zone: "us-east-1a", sizeGiB: DefaultVolumeSizeGiB,
 			volCtxFS: "ext3", volCtx: map[string]string{ContextBlockSize: "1024"}},
+		// The provisioner's --extra-create-metadata: the claim reaches the node, which labels its metrics with it.
+		{name: "claim in the volume context", req: &csi.CreateVolumeRequest{Name: "pvc-n", VolumeCapabilities: []*csi.VolumeCapability{mountRWO},
+			Parameters: map[string]string{ParamPVCName: "data-db-0", ParamPVCNamespace: "shop", ParamPVName: "pvc-n"}},
+			zone: "us-east-1a", sizeGiB: DefaultVolumeSizeGiB,
+			volCtx: map[string]string{ContextPVCNamespace: "shop", ContextPVCName: "data-db-0"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,11 @@ const (
 	ContextExt4BigAlloc    = "ext4BigAlloc"
 	ContextExt4ClusterSize = "ext4ClusterSize"
 
+	// ContextPVCNamespace and ContextPVCName are the claim the volume was provisioned for (from the provisioner's
+	// --extra-create-metadata): the node labels the volume's metrics with them.
+	ContextPVCNamespace = "pvcNamespace"
+	ContextPVCName      = "pvcName"
+
 	// ContextBlockAttachUntilInitialized ("true", from the class's blockAttachUntilInitialized) makes
 	// ControllerPublishVolume wait for the disk's initialization before it attaches the disk.
 	ContextBlockAttachUntilInitialized = "blockAttachUntilInitialized"

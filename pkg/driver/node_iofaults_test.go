@@ -23,8 +23,17 @@ import (
 // reach the real loop devices the node stages.
 func newFaultyNodeEnv(t *testing.T) (*nodeEnv, *iofaults.Injector) {
 	t.Helper()
+	inj := iofaults.New(iofaults.Options{})
+	e := newFuseNodeEnv(t, inj)
+	t.Cleanup(inj.Clear)
+	return e, inj
+}
+
+// newFuseNodeEnv is a node env whose volumes are served by fakecloud's fuse backend through policy.
+func newFuseNodeEnv(t *testing.T, policy fuseblock.Policy) *nodeEnv {
+	t.Helper()
 	testutil.SkipUnless(t, blockdev.Available(), "node tests stage real loop devices: need root and /dev/loop-control")
-	testutil.SkipUnless(t, fuseblock.Available(), "I/O faults need the fuse backend: /dev/fuse")
+	testutil.SkipUnless(t, fuseblock.Available(), "the fuse backend needs /dev/fuse")
 	dataDir := t.TempDir()
 	// Last resort, after the backend's own Close: devices of the FUSE mount, then mounts under it.
 	t.Cleanup(func() {
@@ -33,8 +42,7 @@ func newFaultyNodeEnv(t *testing.T) (*nodeEnv, *iofaults.Injector) {
 		}
 		testutil.UnmountUnder(t, dataDir)
 	})
-	inj := iofaults.New(iofaults.Options{})
-	fb, err := blockdev.NewFuseBackend(context.Background(), dataDir, blockdev.FuseOptions{Policy: inj})
+	fb, err := blockdev.NewFuseBackend(context.Background(), dataDir, blockdev.FuseOptions{Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +52,7 @@ func newFaultyNodeEnv(t *testing.T) (*nodeEnv, *iofaults.Injector) {
 		}
 	})
 	// Runs before the volumes' cleanups: nothing is held while they unmount and detach.
-	e := newNodeEnvOn(t, NodeOptions{}, fb.LoopBackend)
-	t.Cleanup(inj.Clear)
-	return e, inj
+	return newNodeEnvOn(t, NodeOptions{}, fb.LoopBackend)
 }
 
 func setFaults(t *testing.T, inj *iofaults.Injector, rules ...iofaults.Rule) {

@@ -56,14 +56,19 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, rpcError(err)
 	}
 	if block {
-		if err := n.stageBlock(volumeID, dev, staging); err != nil {
-			return nil, rpcError(err)
-		}
-		return &csi.NodeStageVolumeResponse{}, nil
+		err = n.stageBlock(volumeID, dev, staging)
+	} else {
+		mountFlags := req.GetVolumeCapability().GetMount().GetMountFlags()
+		err = n.formatAndMount(ctx, volumeID, dev, staging, fsType, formatOpts, mountFlags)
 	}
-	mountFlags := req.GetVolumeCapability().GetMount().GetMountFlags()
-	if err := n.formatAndMount(ctx, volumeID, dev, staging, fsType, formatOpts, mountFlags); err != nil {
+	if err != nil {
 		return nil, rpcError(err)
+	}
+	// The volume is staged: its metrics are reported from now on. A failure to record it costs only them.
+	vc := req.GetVolumeContext()
+	if err := n.state.recordStaged(n.boot, stagedVolume{volumeID: volumeID, pvcNamespace: vc[ContextPVCNamespace],
+		pvcName: vc[ContextPVCName]}); err != nil {
+		klog.ErrorS(err, "Recording the staged volume for its metrics failed", "volume", volumeID)
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
@@ -231,9 +236,10 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if _, err := n.unmountVolume(volumeID, staging); err != nil {
 		return nil, rpcError(err)
 	}
-	// The volume's device record (Xen devices) is done with: nothing of the volume is mounted any more. So is
+	// The volume's device record (Xen devices) and its staged record are done with: nothing of the volume is
+	// mounted any more. So is
 	// the record of an unfinished mkfs: whatever the device holds from now on may be data (see node_state.go).
-	if err := errors.Join(n.state.forgetStagedDevice(volumeID), n.state.finishFormat(volumeID)); err != nil {
+	if err := errors.Join(n.state.forgetStagedDevice(volumeID), n.state.forgetStaged(volumeID), n.state.finishFormat(volumeID)); err != nil {
 		return nil, rpcError(err)
 	}
 	klog.V(4).InfoS("Volume unstaged", "volume", volumeID, "stagingPath", staging)

@@ -37,6 +37,12 @@ package driver
 //	            key=value lines ending with "end=" (one without it was cut short and counts as none), not
 //	            fsynced: only a crash of the machine loses it, and that is another boot.
 //
+//	staged/<volume>  "in this boot, the volume is staged here, for this claim" (the PVC's namespace and name from
+//	            the volume context, empty when it does not say): written when a stage succeeds, removed at
+//	            unstage, in the format of the device records. The metrics collector (node_metrics.go) lists the
+//	            volumes it reports, and their labels, from these records, so that a restart of the plugin loses
+//	            neither.
+//
 // With no state directory (tests, embedders) the records live in memory and die with the process.
 
 import (
@@ -58,9 +64,10 @@ import (
 )
 
 const (
-	// formatFile holds the formatting records; deviceDir the device records.
+	// formatFile holds the formatting records; deviceDir the device records, stagedDir the staged records.
 	formatFile = "formatting"
 	deviceDir  = "devices"
+	stagedDir  = "staged"
 	// formatSlots is how many unfinished formats can be recorded at once, each in a sector of formatFile.
 	formatSlots = 128
 	slotSize    = 512
@@ -78,8 +85,8 @@ type nodeState struct {
 	used [formatSlots]bool
 	// file is formatFile, nil without a state directory.
 	file *os.File
-	// devices holds the device records when there is no state directory.
-	devices map[string]map[string]string
+	// memory holds the device and staged records, by kind and volume, when there is no state directory.
+	memory map[string]map[string]map[string]string
 }
 
 type formatSlot struct {
@@ -100,12 +107,14 @@ func (r formatRecord) matches(now formatRecord) bool {
 
 // newNodeState opens the records under dir, creating what is missing; "" keeps them in memory.
 func newNodeState(dir string) (*nodeState, error) {
-	s := &nodeState{dir: dir, formats: map[string]formatSlot{}, devices: map[string]map[string]string{}}
+	s := &nodeState{dir: dir, formats: map[string]formatSlot{}, memory: map[string]map[string]map[string]string{}}
 	if dir == "" {
 		return s, nil
 	}
-	if err := os.MkdirAll(filepath.Join(dir, deviceDir), 0o700); err != nil {
-		return nil, fmt.Errorf("node state directory: %w", err)
+	for _, kind := range []string{deviceDir, stagedDir} {
+		if err := os.MkdirAll(filepath.Join(dir, kind), 0o700); err != nil {
+			return nil, fmt.Errorf("node state directory: %w", err)
+		}
 	}
 	if err := s.openFormats(filepath.Join(dir, formatFile)); err != nil {
 		return nil, fmt.Errorf("node state: %w", err)
@@ -311,14 +320,66 @@ func (s *nodeState) stagedDevice(volumeID, boot string) (d stagedDevice, ok bool
 
 // recordStagedDevice records, for this boot, that the volume is staged from d.
 func (s *nodeState) recordStagedDevice(volumeID, boot string, d stagedDevice) error {
+	return s.writeRecord(deviceDir, volumeID, map[string]string{"boot": boot, "path": d.path, "rdev": devID(d.rdev)})
+}
+
+// forgetStagedDevice removes the volume's device record, if any.
+func (s *nodeState) forgetStagedDevice(volumeID string) error {
+	return s.removeRecord(deviceDir, volumeID)
+}
+
+// stagedVolume is a volume recorded as staged on this node, and the claim it was provisioned for (empty
+// when the volume context did not say: a volume provisioned before the driver passed it on, or by hand).
+type stagedVolume struct {
+	volumeID              string
+	pvcNamespace, pvcName string
+}
+
+// recordStaged records, for this boot, that the volume is staged here, for its claim.
+func (s *nodeState) recordStaged(boot string, v stagedVolume) error {
+	return s.writeRecord(stagedDir, v.volumeID, map[string]string{"boot": boot, "pvcNamespace": v.pvcNamespace, "pvcName": v.pvcName})
+}
+
+// forgetStaged removes the volume's staged record, if any.
+func (s *nodeState) forgetStaged(volumeID string) error { return s.removeRecord(stagedDir, volumeID) }
+
+// staged lists the volumes recorded as staged in this boot, by volume ID; records of another boot are void.
+func (s *nodeState) staged(boot string) ([]stagedVolume, error) {
+	ids, err := s.recordIDs(stagedDir)
+	if err != nil {
+		return nil, err
+	}
+	var list []stagedVolume
+	for _, id := range ids {
+		f, ok, err := s.readRecord(stagedDir, id)
+		if err != nil {
+			return list, err
+		}
+		if ok && boot != "" && f["boot"] == boot {
+			list = append(list, stagedVolume{volumeID: id, pvcNamespace: f["pvcNamespace"], pvcName: f["pvcName"]})
+		}
+	}
+	return list, nil
+}
+
+// writeRecord writes the volume's record of a kind (a directory under the state directory): key=value lines
+// ending with "end=", so that a record cut short reads as none.
+func (s *nodeState) writeRecord(kind, volumeID string, fields map[string]string) error {
 	if err := checkVolume(volumeID); err != nil {
 		return err
 	}
-	fields := map[string]string{"boot": boot, "path": d.path, "rdev": devID(d.rdev)}
+	for k, v := range fields {
+		if strings.ContainsAny(k+v, "\n\x00") || strings.Contains(k, "=") {
+			return fmt.Errorf("%s record of volume %s: %q=%q cannot be recorded", kind, volumeID, k, v)
+		}
+	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.devices[volumeID] = fields
+		if s.memory[kind] == nil {
+			s.memory[kind] = map[string]map[string]string{}
+		}
+		s.memory[kind][volumeID] = maps.Clone(fields)
 		return nil
 	}
 	var b strings.Builder
@@ -326,42 +387,67 @@ func (s *nodeState) recordStagedDevice(volumeID, boot string, d stagedDevice) er
 		fmt.Fprintf(&b, "%s=%s\n", k, fields[k])
 	}
 	b.WriteString("end=\n")
-	path := filepath.Join(s.dir, deviceDir, volumeID)
+	path := filepath.Join(s.dir, kind, volumeID)
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
 
-// forgetStagedDevice removes the volume's device record, if any.
-func (s *nodeState) forgetStagedDevice(volumeID string) error {
+// removeRecord removes the volume's record of a kind, if any.
+func (s *nodeState) removeRecord(kind, volumeID string) error {
 	if err := checkVolume(volumeID); err != nil {
 		return err
 	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.devices, volumeID)
+		delete(s.memory[kind], volumeID)
 		return nil
 	}
-	if err := os.Remove(filepath.Join(s.dir, deviceDir, volumeID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(s.dir, kind, volumeID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
+// recordIDs lists the volumes with a record of a kind, sorted; names that are not volume IDs are skipped.
+func (s *nodeState) recordIDs(kind string) ([]string, error) {
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return slices.Sorted(maps.Keys(s.memory[kind])), nil
+	}
+	entries, err := os.ReadDir(filepath.Join(s.dir, kind))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if volumeIDPattern.MatchString(e.Name()) && e.Type().IsRegular() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
 // readDevice returns the volume's device record; ok is false when there is none, or only a cut one.
 func (s *nodeState) readDevice(volumeID string) (fields map[string]string, ok bool, err error) {
+	return s.readRecord(deviceDir, volumeID)
+}
+
+// readRecord returns the volume's record of a kind; ok is false when there is none, or only a cut one.
+func (s *nodeState) readRecord(kind, volumeID string) (fields map[string]string, ok bool, err error) {
 	if err := checkVolume(volumeID); err != nil {
 		return nil, false, err
 	}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		f, ok := s.devices[volumeID]
+		f, ok := s.memory[kind][volumeID]
 		return maps.Clone(f), ok, nil
 	}
-	f, err := os.Open(filepath.Join(s.dir, deviceDir, volumeID))
+	f, err := os.Open(filepath.Join(s.dir, kind, volumeID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -379,7 +465,7 @@ func (s *nodeState) readDevice(volumeID string) (fields map[string]string, ok bo
 		fields[k] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, false, fmt.Errorf("read the device record of volume %s: %w", volumeID, err)
+		return nil, false, fmt.Errorf("read the %s record of volume %s: %w", kind, volumeID, err)
 	}
 	if _, whole := fields["end"]; !whole {
 		return nil, false, nil

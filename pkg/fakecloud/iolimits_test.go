@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,6 +168,17 @@ func TestProvisionedIOPSThroughDevice(t *testing.T) {
 	}
 	if slow.elapsed < 1950*time.Millisecond || slow.iops() > 155 {
 		t.Fatalf("300 reads took %v (%.0f IOPS); 100 IOPS allow no less than 2s", slow.elapsed, slow.iops())
+	}
+	// The time held at the IOPS limit is reported, on fakecloud's /metrics too; 300 reads of 4 KiB are far below
+	// the volume's throughput.
+	if after.ExceededIOPS <= before.ExceededIOPS || after.ExceededThroughput != 0 {
+		t.Fatalf("exceeded IOPS %v → %v, throughput %v: want IOPS grown, throughput 0", before.ExceededIOPS, after.ExceededIOPS, after.ExceededThroughput)
+	}
+	rec := httptest.NewRecorder()
+	env.Server.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	series := fmt.Sprintf("diskforge_fakecloud_volume_exceeded_iops_seconds_total{volume_id=%q} ", vol)
+	if !strings.Contains(rec.Body.String(), series) {
+		t.Fatalf("/metrics lacks %s", series)
 	}
 
 	modifyIOPS(t, env, vol, 1000)

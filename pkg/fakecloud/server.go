@@ -148,7 +148,12 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.AccessKeys) > 0 {
 		verifier = auth.NewVerifier(cfg.AccessKeys)
 	}
-	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: prometheus.NewRegistry(),
+	reg := prometheus.NewRegistry()
+	if limits != nil {
+		// Each volume's time held at its limits: what EBS reports as exceeded IOPS and throughput.
+		reg.MustRegister(limits.Collector())
+	}
+	h := api.New(api.Options{State: s, Faults: inj, Auth: verifier, Registry: reg,
 		Admin: api.AdminRouter(s, faults.AdminHandler(inj),
 			api.AdminEndpoint{Path: "/io-faults", Handler: iofaults.AdminHandler(ioFaults)}),
 		AdminToken: cfg.AdminToken, ParamRead: cfg.ParamRead})

@@ -254,6 +254,7 @@ func (c *Cloud) detach(ctx context.Context, volumeID, instanceID string, force b
 
 	last := string(ec2types.VolumeAttachmentStateDetaching)
 	grace := graceClock{grace: c.wait.ConsistencyGrace}
+	endPending := c.metrics.detaches.start(volumeID, instanceID)
 	err := waitFor(ctx, c, c.volumes, waitDetach, volumeID, func(o observation[ec2types.Volume]) (bool, error) {
 		if o.err != nil {
 			return false, transientPollError(classify("DescribeVolumes", o.err), "volume detached", volumeID)
@@ -277,6 +278,7 @@ func (c *Cloud) detach(ctx context.Context, volumeID, instanceID string, force b
 		}
 		return false, nil
 	})
+	endPending(err == nil || ctx.Err() == nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s %s from %s: attachment still %s: %w", op, volumeID, instanceID, last, err)

@@ -34,6 +34,8 @@ type metrics struct {
 	waitDuration *prometheus.HistogramVec
 	// paced times how long each attempt waited for its turn under the action's request bucket (pace.go).
 	paced *prometheus.HistogramVec
+	// detaches are the detaches being waited for, and for how long (detachpending.go).
+	detaches *detachPending
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,9 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time an EC2 API request (HTTP attempt) waited for its turn under its action's request bucket, by action.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}, []string{"action"}),
+		detaches: newDetachPending(time.Now),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.batchSize, m.waitDuration, m.paced)
+		reg.MustRegister(m.requests, m.duration, m.batchSize, m.waitDuration, m.paced, m.detaches)
 	}
 	return m
 }

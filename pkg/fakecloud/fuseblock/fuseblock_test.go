@@ -88,3 +88,16 @@ func TestChain(t *testing.T) {
 		})
 	}
 }
+
+func TestReportOf(t *testing.T) {
+	f := &FS{cfg: Config{Suffix: ".img"}}
+	for name, want := range map[string]string{
+		ReportName("vol-1.img"): "vol-1", ".vol-1.img.report": "vol-1", "vol-1.img.report": "", ".vol-1.report": "",
+		"..vol-1.img.report": "", ".vol-1.img": "", ".report": "",
+	} {
+		got, ok := f.reportOf(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("reportOf(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}

@@ -72,6 +72,14 @@ func (r *rootNode) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno 
 }
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if id, ok := r.fsys.reportOf(name); ok {
+		b, ok := r.fsys.report(id)
+		if !ok {
+			return nil, syscall.ENOENT
+		}
+		out.Attr.Mode, out.Attr.Nlink, out.Attr.Size = syscall.S_IFREG|0o444, 1, uint64(len(b))
+		return r.NewInode(ctx, &reportNode{fsys: r.fsys, id: id}, fs.StableAttr{Mode: syscall.S_IFREG, Gen: nameGeneration(name)}), 0
+	}
 	id, ok := r.fsys.volumeOf(name)
 	if !ok {
 		return nil, syscall.ENOENT

@@ -103,6 +103,10 @@ type Stats struct {
 	// Waits are the requests told to wait, Waited the sum of the waits asked.
 	Waits  int64
 	Waited time.Duration
+	// ExceededIOPS and ExceededThroughput are the time the volume had a request held by its operation buckets
+	// (IOPS), and by its byte buckets (throughput): wall time, waits that overlap counted once, as EBS reports
+	// the time a volume's demand exceeded what it was provisioned.
+	ExceededIOPS, ExceededThroughput time.Duration
 }
 
 // Stats reports a volume's counters, or false when its limits are not known (yet, or any longer).
@@ -192,6 +196,8 @@ type volume struct {
 	ops   []bucket
 	bytes []bucket
 	stats Stats
+	// opsHeld and bytesHeld are when the last wait each kind of bucket asked for ends.
+	opsHeld, bytesHeld time.Time
 }
 
 // set applies limits; the buckets are filled to now first, and balances carry over into the new buckets.
@@ -257,27 +263,48 @@ func (v *volume) fill(now time.Time) {
 func (v *volume) take(now time.Time, n int64) time.Duration {
 	v.fill(now)
 	ops := v.stats.Limits.Ops(n)
-	wait := 0.0
-	for _, d := range []struct {
-		bs []bucket
-		n  float64
-	}{{v.ops, ops}, {v.bytes, float64(n)}} {
-		for i := range d.bs {
-			b := &d.bs[i]
-			b.tokens -= d.n
-			if b.tokens < 0 {
-				wait = math.Max(wait, -b.tokens/b.rate)
-			}
-		}
-	}
+	opsWait, bytesWait := spend(v.ops, ops), spend(v.bytes, float64(n))
 	v.stats.IOs++
 	v.stats.Ops += ops
 	v.stats.Bytes += n
-	if wait <= 0 {
+	v.stats.ExceededIOPS += held(&v.opsHeld, now, opsWait)
+	v.stats.ExceededThroughput += held(&v.bytesHeld, now, bytesWait)
+	d := max(opsWait, bytesWait)
+	if d <= 0 {
 		return 0
 	}
-	d := time.Duration(math.Ceil(wait * float64(time.Second)))
 	v.stats.Waits++
 	v.stats.Waited += d
 	return d
+}
+
+// spend takes n tokens from each bucket and returns how long until the deepest debt among them is paid.
+func spend(bs []bucket, n float64) time.Duration {
+	wait := 0.0
+	for i := range bs {
+		b := &bs[i]
+		b.tokens -= n
+		if b.tokens < 0 {
+			wait = math.Max(wait, -b.tokens/b.rate)
+		}
+	}
+	return time.Duration(math.Ceil(wait * float64(time.Second)))
+}
+
+// held extends the time a kind of bucket holds the volume (until) by a wait starting now, and returns the
+// time added: only what falls after until, so that requests held together count once.
+func held(until *time.Time, now time.Time, wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	end := now.Add(wait)
+	if !end.After(*until) {
+		return 0
+	}
+	start := now
+	if until.After(now) {
+		start = *until
+	}
+	*until = end
+	return end.Sub(start)
 }

@@ -272,6 +272,65 @@ func TestChartAddOns(t *testing.T) {
 	}
 }
 
+// TestChartMetricsAndBudget checks what the metrics and disruption budget values render: the metrics Services
+// only with metrics.enabled, the ServiceMonitor only with both switches, the budget only with more than one
+// controller replica.
+func TestChartMetricsAndBudget(t *testing.T) {
+	root := repoRoot(t)
+	helm := helmBinary(t, root)
+	objects := []string{"Service/" + namespace + "/diskforge-controller-metrics", "Service/" + namespace + "/diskforge-node-metrics",
+		"ServiceMonitor/" + namespace + "/diskforge", "PodDisruptionBudget/" + namespace + "/diskforge-controller"}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []bool // per objects
+		// check holds paths of an object (by key) and the values they must have.
+		check map[string]map[string]any
+	}{
+		{name: "defaults", want: []bool{false, false, false, true},
+			check: map[string]map[string]any{objects[3]: {"spec.maxUnavailable": 1.0,
+				"spec.selector.matchLabels": map[string]any{"app.kubernetes.io/name": "diskforge-controller"}}}},
+		{name: "one replica", set: []string{"controller.replicas=1"}, want: []bool{false, false, false, false}},
+		{name: "budget off", set: []string{"controller.podDisruptionBudget.enabled=false"}, want: []bool{false, false, false, false}},
+		{name: "metrics", set: []string{"metrics.enabled=true", "node.metricsPort=9100"}, want: []bool{true, true, false, true},
+			check: map[string]map[string]any{
+				objects[0]: {"spec.ports[metrics].port": 3301.0, "spec.clusterIP": "None",
+					"spec.selector": map[string]any{"app.kubernetes.io/name": "diskforge-controller"}},
+				objects[1]: {"spec.ports[metrics].port": 9100.0, "spec.ports[metrics].targetPort": "metrics",
+					"spec.selector": map[string]any{"app.kubernetes.io/name": "diskforge-node"}},
+			}},
+		{name: "a ServiceMonitor needs the Services", set: []string{"metrics.serviceMonitor.enabled=true"}, want: []bool{false, false, false, true}},
+		{name: "ServiceMonitor", set: []string{"metrics.enabled=true", "metrics.serviceMonitor.enabled=true",
+			"metrics.serviceMonitor.interval=15s", "metrics.serviceMonitor.labels.release=prom"}, want: []bool{true, true, true, true},
+			check: map[string]map[string]any{objects[2]: {"metadata.labels.release": "prom", "spec.endpoints[0].interval": "15s",
+				"spec.endpoints[0].port": "metrics", "spec.endpoints[0].honorLabels": true,
+				"spec.namespaceSelector.matchNames": []any{namespace}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var args []string
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			got := byKey(t, helmTemplate(t, helm, root, args...))
+			for i, k := range objects {
+				if _, ok := got[k]; ok != tc.want[i] {
+					t.Errorf("%s rendered: %v, want %v", k, ok, tc.want[i])
+				}
+			}
+			for k, paths := range tc.check {
+				for path, want := range paths {
+					v, err := lookup(got[k], path)
+					if err != nil {
+						t.Errorf("%s %s: %v", k, path, err)
+					} else if !reflect.DeepEqual(v, want) {
+						t.Errorf("%s %s = %s, want %s", k, path, compact(v), compact(want))
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestChartRefuses checks values the chart rejects instead of rendering something that cannot work, and the
 // reason it gives.
 func TestChartRefuses(t *testing.T) {

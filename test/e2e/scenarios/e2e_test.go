@@ -28,6 +28,7 @@ func TestE2E(t *testing.T) {
 	r.scenario(t, "S10_provisioned_iops", scenarioProvisionedIOPS)
 	r.scenario(t, "S6_allowed_topologies", scenarioAllowedTopologies)
 	r.scenario(t, "S11_io_faults", scenarioIOFaults)
+	r.scenario(t, "S12_node_metrics", scenarioNodeMetrics)
 	r.scenario(t, "S8_volume_limit", scenarioVolumeLimit)
 	r.scenario(t, "S7_teardown", scenarioTeardown)
 }
