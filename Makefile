@@ -50,8 +50,8 @@ test-clients:
 # Debian's runc, and the kind overlay applied as pods of the images make image builds; then the scenarios (S0-S8)
 # and a focused subset of Kubernetes' external storage suite (e2e.test: 17 specs, two of them kubelet restarts over
 # SSH; ciSpecs in test/e2e/scenarios/external_test.go, about 7 minutes: it fails unless exactly those specs ran and
-# passed), then the node-life scenarios (TestNodeLife, L1-L5: startup taint, drain and shutdown, node loss, stuck
-# attachment, attach limit; about 6 minutes). The binaries are built once into .cache/e2e-bin.
+# passed), then the node-life scenarios (TestNodeLife, L1-L6: startup taint, drain and shutdown, node loss, stuck
+# attachment, attach limit, a node that joins after the install and goes; about 7 minutes). The binaries are built once into .cache/e2e-bin.
 # E2E_EXTERNAL=false leaves the external suite out; make
 # e2e-conformance runs all of it but the disruptive specs, make e2e-disruptive those. Each run of the suite keeps
 # its report under _output/e2e-external, and each run of make e2e the cluster's logs (control plane, kubelets,

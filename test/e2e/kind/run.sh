@@ -449,7 +449,7 @@ if [[ $single == true ]]; then
 		# S2's volume, S8) or two zones (S6) skip.
 		forward_fakecloud secret/aws-credentials
 		run_scenarios "S0_volume_limits S1_wffc_zone_b S3_online_expansion_xfs S9_tags S4_snapshot_restore S4b_clone
-			S5_block S10_provisioned_iops S11_io_faults S7_teardown" \
+			S4c_group_snapshot S5_block S10_provisioned_iops S11_io_faults S12_node_metrics S7_teardown" \
 			"S2_move_within_zone S3b_offline_expansion_ext4 S6_allowed_topologies S8_volume_limit"
 	fi
 	exit 0
