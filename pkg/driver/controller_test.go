@@ -54,7 +54,13 @@ func TestSizeGiB(t *testing.T) {
 // newTestController runs a controller against an in-process fakecloud (file backend) through the real SDK.
 func newTestController(t *testing.T, opts ...func(*ec2cloud.Options)) (*ControllerServer, *fakecloudtest.Env) {
 	t.Helper()
-	env := fakecloudtest.Start(t, fakecloudtest.Options{})
+	return newTestControllerOn(t, fakecloudtest.Options{}, opts...)
+}
+
+// newTestControllerOn is newTestController on a fakecloud started with fo.
+func newTestControllerOn(t *testing.T, fo fakecloudtest.Options, opts ...func(*ec2cloud.Options)) (*ControllerServer, *fakecloudtest.Env) {
+	t.Helper()
+	env := fakecloudtest.Start(t, fo)
 	o := ec2cloud.Options{Endpoint: env.URL, Region: env.Region,
 		AccessKeyID: fakecloudtest.AccessKeyID, SecretAccessKey: fakecloudtest.SecretAccessKey,
 		Wait: ec2cloud.WaitOptions{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}}

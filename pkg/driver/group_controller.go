@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -80,7 +81,50 @@ func (g *GroupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 	}
 	klog.InfoS("Group snapshot created", "name", name, "groupSnapshotID", grp.ID, "volumeIDs", sources, "multiInstance", opts.MultiInstance,
 		"ready", grp.ReadyToUse())
+	if err := g.waitCompleted(ctx, grp); err != nil {
+		return nil, err
+	}
 	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: groupSnapshotOf(grp)}, nil
+}
+
+// groupWaitMargin is the part of the caller's deadline left for the reply after waiting for a group's snapshots;
+// groupWaitDefault bounds the wait of a caller that set no deadline.
+const (
+	groupWaitMargin  = 2 * time.Second
+	groupWaitDefault = time.Minute
+)
+
+// waitCompleted waits until every snapshot of grp has completed and updates grp with them. The external-snapshotter
+// (v8) records each member's readiness from the first successful CreateVolumeGroupSnapshot reply only: a member
+// reported not ready then stays so, whatever GetVolumeGroupSnapshot says later. So the reply waits, within the
+// caller's deadline; snapshots still pending then are Unavailable, and the snapshotter's retry of the call (which
+// finds the group by its tags, taken at the same instant) answers once they have completed.
+func (g *GroupControllerServer) waitCompleted(ctx context.Context, grp *cloud.SnapshotGroup) error {
+	if grp.ReadyToUse() {
+		return nil
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(groupWaitDefault)
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(-groupWaitMargin))
+	defer cancel()
+	for i, s := range grp.Snapshots {
+		if s.ReadyToUse {
+			continue
+		}
+		done, err := g.ctrl.cloud.WaitForSnapshot(wctx, s.ID)
+		if err != nil {
+			if wctx.Err() != nil && ctx.Err() == nil {
+				return status.Errorf(codes.Unavailable, "group snapshot %s is taken; its snapshot %s has not completed yet: "+
+					"retry to learn when it has", grp.ID, s.ID)
+			}
+			return rpcError(fmt.Errorf("group snapshot %s: %w", grp.ID, err))
+		}
+		grp.Snapshots[i] = done
+	}
+	klog.V(2).InfoS("Group snapshot completed", "groupSnapshotID", grp.ID)
+	return nil
 }
 
 func (g *GroupControllerServer) GetVolumeGroupSnapshot(ctx context.Context, req *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {

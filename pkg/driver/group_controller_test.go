@@ -22,6 +22,7 @@ import (
 	"github.com/diskforge/diskforge/pkg/cloud"
 	"github.com/diskforge/diskforge/pkg/cloud/ec2cloud"
 	"github.com/diskforge/diskforge/pkg/fakecloud/fakecloudtest"
+	"github.com/diskforge/diskforge/pkg/fakecloud/state"
 )
 
 // groupVolumes makes 1 GiB volumes through CSI, each in the zone its name's key says and published to the
@@ -420,5 +421,56 @@ func TestGroupSnapshotMultiInstanceAttachedMidCall(t *testing.T) {
 	}
 	if len(all.GetEntries()) != 0 {
 		t.Errorf("snapshots left: %v", all.GetEntries())
+	}
+}
+
+// TestGroupSnapshotRepliesOnceCompleted: CreateVolumeGroupSnapshot answers once every snapshot of the group has
+// completed (the snapshotter keeps each member's readiness from the first reply), and Unavailable when they have
+// not by the caller's deadline; a retry finds the same group.
+func TestGroupSnapshotRepliesOnceCompleted(t *testing.T) {
+	cases := []struct {
+		name     string
+		snapshot time.Duration // how long fakecloud takes to complete a snapshot
+		deadline time.Duration
+		code     codes.Code
+	}{
+		{name: "completed within the deadline", snapshot: 300 * time.Millisecond, deadline: 20 * time.Second, code: codes.OK},
+		{name: "still pending at the deadline", snapshot: time.Hour, deadline: groupWaitMargin + time.Second, code: codes.Unavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctrl, env := newTestControllerOn(t, fakecloudtest.Options{Durations: state.Durations{Snapshot: tc.snapshot}})
+			g := NewGroupControllerServer(ctrl)
+			vols := groupVolumes(t, ctrl, env, map[string]string{"a1": "us-east-1a", "a2": "us-east-1a"})
+			req := &csi.CreateVolumeGroupSnapshotRequest{Name: "group-1", SourceVolumeIds: []string{vols["a1"], vols["a2"]}}
+			create := func() (*csi.VolumeGroupSnapshot, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+				defer cancel()
+				resp, err := g.CreateVolumeGroupSnapshot(ctx, req)
+				return resp.GetGroupSnapshot(), err
+			}
+			grp, err := create()
+			if status.Code(err) != tc.code {
+				t.Fatalf("CreateVolumeGroupSnapshot: %v; want %s", err, tc.code)
+			}
+			if err != nil {
+				again, err2 := create()
+				if status.Code(err2) != tc.code {
+					t.Fatalf("retry: %v; want %s", err2, tc.code)
+				}
+				if again != nil {
+					t.Fatalf("retry answered %v with %v", again, err2)
+				}
+				return
+			}
+			if !grp.GetReadyToUse() || len(grp.GetSnapshots()) != 2 {
+				t.Fatalf("group %v: want 2 snapshots, all ready", grp)
+			}
+			for _, s := range grp.GetSnapshots() {
+				if !s.GetReadyToUse() {
+					t.Errorf("snapshot %s not ready in the reply", s.GetSnapshotId())
+				}
+			}
+		})
 	}
 }
