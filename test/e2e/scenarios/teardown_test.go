@@ -19,21 +19,35 @@ import (
 func scenarioTeardown(t *testing.T, r *run) {
 	r.deletePodsAndWait(t, "pods", metav1.ListOptions{})
 
+	// A group's VolumeSnapshots go with their VolumeGroupSnapshot only. A cluster without the group CRDs has none.
 	snaps := r.dyn.Resource(volumeSnapshots).Namespace(r.ns)
+	groups := r.dyn.Resource(volumeGroupSnapshots).Namespace(r.ns)
 	if r.noSnapshots == "" {
+		if err := groups.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete VolumeGroupSnapshots: %v", err)
+		}
 		if err := snaps.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			t.Fatalf("delete VolumeSnapshots: %v", err)
 		}
 	}
-	waitGone(t, "VolumeSnapshots and their contents", func(ctx context.Context) ([]string, error) {
+	waitGone(t, "VolumeGroupSnapshots, VolumeSnapshots and their contents", func(ctx context.Context) ([]string, error) {
 		if r.noSnapshots != "" {
 			return nil, nil
+		}
+		var left []string
+		gl, err := groups.List(ctx, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if gl != nil {
+			for _, g := range gl.Items {
+				left = append(left, "group "+g.GetName())
+			}
 		}
 		list, err := snaps.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
-		var left []string
 		for _, vs := range list.Items {
 			left = append(left, vs.GetName())
 		}
