@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,9 +129,17 @@ func (c *cloudClient) instance(ctx context.Context, id string) (cloudInstance, e
 	return cloudInstance{}, fmt.Errorf("no instance %s in /admin/instances", id)
 }
 
-// get GETs path with the admin token, if any, and returns the body of a 200 reply.
+// get GETs path with the admin token, if any, and returns the body of a 200 reply. A GET that got no reply is
+// sent once more on a new connection: a kept-alive connection to the pod can be lost without a word (seen once,
+// in S8, as a 15 s wait for the headers of /metrics), and a GET changes nothing.
 func (c *cloudClient) get(ctx context.Context, path string) ([]byte, error) {
-	return c.admin(ctx, http.MethodGet, path, nil)
+	out, err := c.admin(ctx, http.MethodGet, path, nil)
+	var uerr *url.Error
+	if errors.As(err, &uerr) && ctx.Err() == nil {
+		c.http.CloseIdleConnections()
+		return c.admin(ctx, http.MethodGet, path, nil)
+	}
+	return out, err
 }
 
 // putJSON PUTs body to an admin path and returns the body of a 200 reply.

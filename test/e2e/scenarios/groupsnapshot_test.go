@@ -86,7 +86,7 @@ func scenarioGroupSnapshot(t *testing.T, r *run) {
 	if err != nil {
 		t.Fatalf("VolumeGroupSnapshotContent %q: %v", contentName, err)
 	}
-	pairs, _, _ := unstructured.NestedSlice(content.Object, "status", "volumeSnapshotHandlePairList")
+	pairs, _, _ := unstructured.NestedSlice(content.Object, "status", "volumeSnapshotInfoList")
 	volumeOf := map[string]string{}
 	for _, p := range pairs {
 		m, _ := p.(map[string]any)
