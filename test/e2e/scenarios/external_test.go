@@ -35,7 +35,7 @@ var ciSpecs = []string{
 	driverSpec + "[Testpattern: Dynamic PV (xfs)] [Slow] volume-expand should resize volume when PVC is edited while pod is using it",
 	driverSpec + "[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand Verify if offline PVC expansion works",
 	driverSpec + "[Testpattern: Dynamic Snapshot (delete policy)] snapshottable [Feature:VolumeSnapshotDataSource] volume snapshot controller should check snapshot fields, check restore correctly works after modifying source data, check deletion (persistent)",
-	driverSpec + "[Testpattern:  (delete policy)] volumegroupsnapshottable [Feature:volumegroupsnapshot] VolumeGroupSnapshottable should create snapshots for StatefulSet volumes and verify data consistency after restore",
+	driverSpec + "[Testpattern:  (delete policy)] volumegroupsnapshottable-stress [Feature:volumegroupsnapshot] should support volume group snapshotting of StatefulSet volumes repeatedly [Slow] [Serial]",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should provision a volume and schedule a pod with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (delayed binding)] topology should fail to schedule a pod which has topologies that conflict with AllowedTopologies",
 	driverSpec + "[Testpattern: Dynamic PV (filesystem volmode)] volumeLimits should verify that all csinodes have volume limits",
