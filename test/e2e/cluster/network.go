@@ -18,6 +18,7 @@ import (
 // plugin only adds the pods' veths to it, and host-local gives them the route through the gateway.
 const (
 	bridgeName   = "dfe2ebr0"
+	bridgeMAC    = "02:df:e2:eb:00:01" // locally administered
 	podSubnet    = "10.244.0.0/24"
 	podGateway   = "10.244.0.1"
 	serviceRange = "10.96.0.0/24"
@@ -49,7 +50,10 @@ func (c *Cluster) setupNetwork() error {
 			return err
 		}
 	}
-	if err := ip("link", "add", bridgeName, "type", "bridge"); err != nil {
+	// A bridge without an address of its own takes the lowest of its ports' and changes it as pods come and go;
+	// the pods' ARP entries for the gateway and the API server then name a MAC nobody answers to, and their
+	// connections stall for tens of seconds (controller sidecars lose their leader leases).
+	if err := ip("link", "add", bridgeName, "address", bridgeMAC, "type", "bridge"); err != nil {
 		return err
 	}
 	c.undo = append(c.undo, removeBridge)

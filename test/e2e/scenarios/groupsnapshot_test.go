@@ -5,6 +5,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,17 +30,18 @@ func scenarioGroupSnapshot(t *testing.T, r *run) {
 	if r.noSnapshots != "" {
 		t.Fatal(r.noSnapshots)
 	}
-	const class, group, selector = "e2e-group-snap", "counters", "e2e.diskforge.io/group"
+	const group, selector = "counters", "e2e.diskforge.io/group"
+	// The class stays until the run ends (deleteClasses): the snapshot controller reads it while it makes the
+	// group's members, and a group whose class went never goes.
 	classes := r.dyn.Resource(groupSnapshotClasses)
-	_ = classes.Delete(t.Context(), class, metav1.DeleteOptions{})
+	_ = classes.Delete(t.Context(), classGroupSnapshots, metav1.DeleteOptions{})
 	if _, err := classes.Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": groupSnapshotGroup + "/v1", "kind": "VolumeGroupSnapshotClass",
-		"metadata": map[string]any{"name": class, "labels": map[string]any{runLabel: r.ns}},
+		"metadata": map[string]any{"name": classGroupSnapshots, "labels": map[string]any{runLabel: r.ns}},
 		"driver":   driverName, "deletionPolicy": "Delete",
 	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create VolumeGroupSnapshotClass %s: %v", class, err)
+		t.Fatalf("create VolumeGroupSnapshotClass %s: %v", classGroupSnapshots, err)
 	}
-	t.Cleanup(func() { _ = classes.Delete(context.Background(), class, metav1.DeleteOptions{}) })
 
 	claims := []string{"count-a", "count-b"}
 	for _, c := range claims {
@@ -63,7 +65,7 @@ func scenarioGroupSnapshot(t *testing.T, r *run) {
 	if _, err := r.dyn.Resource(volumeGroupSnapshots).Namespace(r.ns).Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": groupSnapshotGroup + "/v1", "kind": "VolumeGroupSnapshot",
 		"metadata": map[string]any{"name": group, "labels": map[string]any{runLabel: r.ns}},
-		"spec": map[string]any{"volumeGroupSnapshotClassName": class,
+		"spec": map[string]any{"volumeGroupSnapshotClassName": classGroupSnapshots,
 			"source": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{selector: group}}}},
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create VolumeGroupSnapshot %s: %v", group, err)
@@ -79,44 +81,50 @@ func scenarioGroupSnapshot(t *testing.T, r *run) {
 		return ready, "error: " + msg, nil
 	})
 
-	// The group's VolumeSnapshots, by the claim each is of: its content's snapshot handle, paired with a volume
-	// handle in the group's content, which is a claim's PV.
+	// The group's VolumeSnapshots, by the claim each is of. The snapshot controller makes them (owned by the group,
+	// their source the claim) before it marks the group ready, but fills in their status only later. Each must be of
+	// a volume the group's content lists, with the snapshot the content pairs with it.
 	contentName, _, _ := unstructured.NestedString(vgs.Object, "status", "boundVolumeGroupSnapshotContentName")
 	content, err := r.dyn.Resource(groupSnapshotContents).Get(t.Context(), contentName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("VolumeGroupSnapshotContent %q: %v", contentName, err)
 	}
 	pairs, _, _ := unstructured.NestedSlice(content.Object, "status", "volumeSnapshotInfoList")
-	volumeOf := map[string]string{}
+	snapshotHandleOf := map[string]string{}
 	for _, p := range pairs {
 		m, _ := p.(map[string]any)
-		volumeOf[fmt.Sprint(m["snapshotHandle"])] = fmt.Sprint(m["volumeHandle"])
-	}
-	claimOf := map[string]string{}
-	for _, c := range claims {
-		_, pv := r.waitPVCBound(t, c)
-		claimOf[pv.Spec.CSI.VolumeHandle] = c
+		snapshotHandleOf[fmt.Sprint(m["volumeHandle"])] = fmt.Sprint(m["snapshotHandle"])
 	}
 	snapshotOf := map[string]string{}
-	list, err := r.dyn.Resource(volumeSnapshots).Namespace(r.ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range list.Items {
-		vs := &list.Items[i]
-		if g, _, _ := unstructured.NestedString(vs.Object, "status", "volumeGroupSnapshotName"); g != group {
-			continue
+	waitFor(t, "the group's VolumeSnapshots", func(ctx context.Context) (bool, string, error) {
+		list, err := r.dyn.Resource(volumeSnapshots).Namespace(r.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
 		}
-		vs = r.waitSnapshotReady(t, vs.GetName())
-		c, err := r.snapshotContentOf(t.Context(), vs)
+		clear(snapshotOf)
+		for _, vs := range list.Items {
+			if slices.ContainsFunc(vs.GetOwnerReferences(), func(o metav1.OwnerReference) bool { return o.UID == vgs.GetUID() }) {
+				claim, _, _ := unstructured.NestedString(vs.Object, "spec", "source", "persistentVolumeClaimName")
+				snapshotOf[claim] = vs.GetName()
+			}
+		}
+		return len(snapshotOf) == len(claims), fmt.Sprintf("by claim: %v", snapshotOf), nil
+	})
+	for _, c := range claims {
+		if snapshotOf[c] == "" {
+			t.Fatalf("the group's VolumeSnapshots by claim: %v; none of claim %s", snapshotOf, c)
+		}
+		_, pv := r.waitPVCBound(t, c)
+		vs := r.waitSnapshotReady(t, snapshotOf[c])
+		sc, err := r.snapshotContentOf(t.Context(), vs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		handle, _, _ := unstructured.NestedString(c.Object, "status", "snapshotHandle")
-		snapshotOf[claimOf[volumeOf[handle]]] = vs.GetName()
-	}
-	if snapshotOf["count-a"] == "" || snapshotOf["count-b"] == "" || len(snapshotOf) != 2 {
-		t.Fatalf("the group's VolumeSnapshots by claim: %v (pairs %v, claims by volume %v)", snapshotOf, volumeOf, claimOf)
+		handle, _, _ := unstructured.NestedString(sc.Object, "status", "snapshotHandle")
+		if want := snapshotHandleOf[pv.Spec.CSI.VolumeHandle]; handle == "" || handle != want {
+			t.Fatalf("VolumeSnapshot %s of claim %s (volume %s) holds snapshot %q; the group's content pairs the volume with %q",
+				vs.GetName(), c, pv.Spec.CSI.VolumeHandle, handle, want)
+		}
 	}
 	t.Logf("group %s: content %s, snapshots %v", group, contentName, snapshotOf)
 

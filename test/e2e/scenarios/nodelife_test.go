@@ -494,9 +494,21 @@ func (r *run) restoreNode(t testing.TB, n node) {
 	if _, err := r.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Errorf("uncordon %s: %v", n.Name, err)
 	}
+	// What the node and its plugin said before the restart still reads Ready and registered: both must have
+	// said it again since (the kubelet posts the Node's status as it starts; the plugin pod turns Ready anew).
+	since := metav1.NewTime(start.Truncate(time.Second))
 	err := pollQuiet(ctx, func(ctx context.Context) bool {
 		got, err := r.cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil || !nodeReady(got) || got.Spec.Unschedulable {
+		if err != nil || got.Spec.Unschedulable {
+			return false
+		}
+		i := slices.IndexFunc(got.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
+		if i < 0 || got.Status.Conditions[i].Status != corev1.ConditionTrue || got.Status.Conditions[i].LastHeartbeatTime.Before(&since) {
+			return false
+		}
+		plugins, err := r.cs.CoreV1().Pods(driverNamespace).List(ctx, metav1.ListOptions{LabelSelector: nodePluginSelector,
+			FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil || !slices.ContainsFunc(plugins.Items, func(p corev1.Pod) bool { return podReadySince(&p, since) }) {
 			return false
 		}
 		listed, err := r.csiNodeListsDriver(ctx, n.Name)
@@ -507,6 +519,13 @@ func (r *run) restoreNode(t testing.TB, n node) {
 		return
 	}
 	t.Logf("node %s back in %s", n.Name, time.Since(start).Round(10*time.Millisecond))
+}
+
+// podReadySince reports whether the pod is Ready and turned so at since or later.
+func podReadySince(p *corev1.Pod, since metav1.Time) bool {
+	i := slices.IndexFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady })
+	return p.DeletionTimestamp == nil && i >= 0 && p.Status.Conditions[i].Status == corev1.ConditionTrue &&
+		!p.Status.Conditions[i].LastTransitionTime.Before(&since)
 }
 
 // nodePluginPod is the running node plugin pod on node.

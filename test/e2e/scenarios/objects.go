@@ -27,6 +27,8 @@ const (
 	classExt4      = "e2e-ext4"
 	classZoneA     = "e2e-zone-a"
 	classSnapshots = "e2e-snap"
+	// classGroupSnapshots is the VolumeGroupSnapshotClass of scenario 4c.
+	classGroupSnapshots = "e2e-group-snap"
 	// classTags is the VolumeAttributesClass of scenario 9.
 	classTags = "e2e-tags"
 	// classIOPS is the StorageClass (io2 at 100 IOPS) and VolumeAttributesClass (1,000 IOPS) of scenario 10.

@@ -66,6 +66,8 @@ type run struct {
 	noSnapshots string
 	// tornDown is set once scenario 7 has deleted the namespace's objects.
 	tornDown bool
+	// restarts are the control pods' container restarts when the run began.
+	restarts map[string]int32
 }
 
 // podVolume is a claim in use by a running pod.
@@ -112,6 +114,9 @@ func newRun(t *testing.T) *run {
 		r.cloud = newCloudClient(env.cloudURL, env.cloud)
 	}
 	r.discoverNodes(t)
+	if r.restarts, _, err = r.containerRestarts(t.Context()); err != nil {
+		t.Fatalf("restarts of the control pods' containers: %v", err)
+	}
 
 	ns, err := r.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		GenerateName: "e2e-diskforge-", Labels: map[string]string{runLabel: "true"},
@@ -432,6 +437,7 @@ func (r *run) cleanup(t *testing.T) {
 // deleteNamespaceObjects deletes the pods, snapshots and claims of the namespace, in the order that lets each go.
 func (r *run) deleteNamespaceObjects(ctx context.Context) {
 	_ = r.cs.CoreV1().Pods(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = r.dyn.Resource(volumeGroupSnapshots).Namespace(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = r.dyn.Resource(volumeSnapshots).Namespace(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = r.cs.CoreV1().PersistentVolumeClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 }
@@ -441,6 +447,7 @@ func (r *run) deleteClasses(ctx context.Context) {
 		_ = r.cs.StorageV1().StorageClasses().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	_ = r.dyn.Resource(snapshotClasses).Delete(ctx, classSnapshots, metav1.DeleteOptions{})
+	_ = r.dyn.Resource(groupSnapshotClasses).Delete(ctx, classGroupSnapshots, metav1.DeleteOptions{})
 	_ = r.cs.StorageV1().VolumeAttributesClasses().Delete(ctx, classTags, metav1.DeleteOptions{})
 	_ = r.cs.StorageV1().VolumeAttributesClasses().Delete(ctx, classIOPS, metav1.DeleteOptions{})
 }
@@ -519,4 +526,49 @@ func (r *run) snapshotContentOf(ctx context.Context, vs *unstructured.Unstructur
 		return nil, fmt.Errorf("VolumeSnapshot %s has no bound content", vs.GetName())
 	}
 	return r.dyn.Resource(snapshotContent).Get(ctx, name, metav1.GetOptions{})
+}
+
+// controlPods selects the pods whose containers no scenario restarts: the driver's controller and fakecloud (every
+// pod of the driver's namespace but the node plugins), and the snapshot-controller.
+var controlPods = []struct{ namespace, selector string }{
+	{driverNamespace, "app.kubernetes.io/name!=diskforge-node"},
+	{"kube-system", "app.kubernetes.io/name=snapshot-controller"},
+}
+
+// containerRestarts counts the restarts of the control pods' containers, by namespace/pod/container, with the
+// reason of each one's last end.
+func (r *run) containerRestarts(ctx context.Context) (map[string]int32, map[string]string, error) {
+	counts, reasons := map[string]int32{}, map[string]string{}
+	for _, sel := range controlPods {
+		pods, err := r.cs.CoreV1().Pods(sel.namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.selector})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.ContainerStatuses {
+				key := p.Namespace + "/" + p.Name + "/" + c.Name
+				counts[key] = c.RestartCount
+				if t := c.LastTerminationState.Terminated; t != nil {
+					reasons[key] = fmt.Sprintf("%s, exit %d at %s: %.200s", t.Reason, t.ExitCode, t.FinishedAt.Format(time.TimeOnly), t.Message)
+				}
+			}
+		}
+	}
+	return counts, reasons, nil
+}
+
+// checkNoRestarts fails if a control pod's container restarted since before: a sidecar that lost its leader lease
+// (an API server out of reach) or crashed.
+func (r *run) checkNoRestarts(t *testing.T, before map[string]int32) {
+	t.Helper()
+	after, reasons, err := r.containerRestarts(t.Context())
+	if err != nil {
+		t.Errorf("restarts of the control pods' containers: %v", err)
+		return
+	}
+	for key, n := range after {
+		if n > before[key] {
+			t.Errorf("container %s restarted %d times during the scenarios; last end: %s", key, n-before[key], reasons[key])
+		}
+	}
 }

@@ -15,7 +15,8 @@ import (
 // scenarioTeardown deletes the run's pods, snapshots and claims and checks that nothing stays behind: no PV and no
 // VolumeAttachment of the run (on the local cluster: of the driver), no cloud volume or snapshot made for the
 // namespace, and on the host no mount below pods/ or plugins/kubernetes.io/csi/ and no loop device on a volume file
-// or on a kubelet path. Then the namespace goes.
+// or on a kubelet path. Then the namespace goes, and no container of the controller, fakecloud or the
+// snapshot-controller may have restarted since the run began.
 func scenarioTeardown(t *testing.T, r *run) {
 	r.deletePodsAndWait(t, "pods", metav1.ListOptions{})
 
@@ -144,4 +145,5 @@ func scenarioTeardown(t *testing.T, r *run) {
 		return false, fmt.Sprintf("phase %s, conditions %v", ns.Status.Phase, ns.Status.Conditions), nil
 	})
 	r.tornDown = true
+	r.checkNoRestarts(t, r.restarts)
 }
