@@ -49,7 +49,7 @@ test-clients:
 # Real Kubernetes v1.36.3 on this host: the control plane as local processes, three kubelets on containerd v2 with
 # Debian's runc, and the kind overlay applied as pods of the images make image builds; then the scenarios (S0-S8)
 # and a focused subset of Kubernetes' external storage suite (e2e.test: 17 specs, two of them kubelet restarts over
-# SSH; ciSpecs in test/e2e/scenarios/external_test.go, about 7 minutes: it fails unless exactly those specs ran and
+# SSH; ciSpecs in test/e2e/scenarios/external_test.go, about 8 minutes: it fails unless exactly those specs ran and
 # passed), then the node-life scenarios (TestNodeLife, L1-L6: startup taint, drain and shutdown, node loss, stuck
 # attachment, attach limit, a node that joins after the install and goes; about 7 minutes). The binaries are built once into .cache/e2e-bin.
 # E2E_EXTERNAL=false leaves the external suite out; make
