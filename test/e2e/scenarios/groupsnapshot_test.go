@@ -31,8 +31,8 @@ func scenarioGroupSnapshot(t *testing.T, r *run) {
 		t.Fatal(r.noSnapshots)
 	}
 	const group, selector = "counters", "e2e.diskforge.io/group"
-	// The class stays until the run ends (deleteClasses): the snapshot controller reads it while it makes the
-	// group's members, and a group whose class went never goes.
+	// The class stays until the run ends (deleteClasses): the snapshot controller reads it for the group's members
+	// and its deletion, and a group whose class went is deleted only after a minute or more of its retries.
 	classes := r.dyn.Resource(groupSnapshotClasses)
 	_ = classes.Delete(t.Context(), classGroupSnapshots, metav1.DeleteOptions{})
 	if _, err := classes.Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
